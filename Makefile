@@ -1,0 +1,33 @@
+# Two commands for a fresh machine (see README):
+#   make demo   installs traceread and reports on a sample run
+#   make test   installs traceread with its test tools and runs the whole suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+DEMO   ?= sample_traces/ddp_straggler_h100
+
+.PHONY: demo test bench clean
+
+$(VENV)/.core: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) -e .
+	touch $@
+
+# torch is pinned to the CPU wheel first so the [collect] range never pulls CUDA packages.
+$(VENV)/.dev: $(VENV)/.core
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[collect,test]'
+	touch $@
+
+demo: $(VENV)/.core
+	$(VENV)/bin/traceread report $(DEMO) -o demo-report.html
+
+test: $(VENV)/.dev
+	bash scripts/ensure-chromium.sh
+	$(PY) -m pytest -n 2 -q
+
+bench: $(VENV)/.dev
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache demo-report.html

@@ -1,0 +1,81 @@
+"""The ``traceread`` command: a click group whose subcommands live one per module in ``commands/``.
+
+Subcommands are imported only when invoked, so ``traceread --help`` stays fast and the report side
+never imports the collect side (which needs torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from traceread import __version__
+from traceread.errors import EXIT_BAD_INPUT, TraceReadError
+
+# name -> (module, attribute, one-line help shown by `traceread --help`)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "report": ("traceread.commands.report", "report", "Analyse traces and say where each step's time goes."),
+    "collect": ("traceread.commands.collect", "collect", "Run a training command and collect traces, logs and hang dumps."),
+    "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
+    "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
+    "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module_name, attr, _ = SUBCOMMANDS[cmd_name]
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_text) for name, (_, _, help_text) in SUBCOMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceread")
+def cli() -> None:
+    """Find where each step of a multi-GPU training job spends its time.
+
+    \b
+    Examples:
+      traceread report sample_traces/ddp_straggler_h100
+      traceread report runs/exp1 --format json -o report.json
+      traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py
+      traceread hang runs/exp1
+    """
+
+
+def main() -> None:
+    """Console entry point: user-input errors become one line on stderr, never a traceback."""
+    try:
+        code = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except TraceReadError as exc:
+        click.echo(f"traceread: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except SystemExit:
+        raise
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

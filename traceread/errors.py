@@ -1,0 +1,31 @@
+"""Errors that reach the user as one line, never as a traceback."""
+
+from __future__ import annotations
+
+
+class TraceReadError(Exception):
+    """A problem with the user's input, reported as ``<file>: <what is wrong>``.
+
+    The CLI prints ``str(error)`` and exits with :data:`EXIT_BAD_INPUT`; it never shows a traceback
+    for this class.
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class TraceFileError(TraceReadError):
+    """One trace file cannot be read (corrupt, truncated, not a trace). Other ranks go on."""
+
+
+class RankConflictError(TraceReadError):
+    """Two files claim the same rank, or files from different jobs were mixed."""
+
+
+# Exit codes shared by every subcommand (documented in the README).
+EXIT_OK = 0
+EXIT_FINDINGS = 0  # findings are not an error; use --fail-on to change (report command)
+EXIT_BAD_INPUT = 2  # unreadable / inconsistent input
+EXIT_NO_TRACES = 3  # nothing usable was found

@@ -1,0 +1,150 @@
+"""The report document: what the analyses produce and every renderer (HTML, terminal, JSON) reads.
+
+``schema: "traceread.report/1"``. The fields named in the README's JSON-schema section are stable:
+they are only ever added to, never renamed or retyped within ``/1``. Fields marked *extra* feed the
+HTML charts and may grow. Times are microseconds (``_us``), percentages are 0–100 (``_pct``),
+bandwidths are GB/s with GB = 1e9 bytes (``_gbps``). ``None`` (JSON ``null``) means the trace cannot
+support the value — never zero as a stand-in.
+
+Lives in the core (not in ``reports/``) because the analyses build it and the renderers only read it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+SCHEMA_ID = "traceread.report/1"
+
+
+class StepEntry(TypedDict, total=False):
+    step: int
+    start_us: float
+    duration_us: float
+    # extra: the step's own breakdown (same definitions as the rank's, on the step window)
+    compute_us: float
+    comm_us: float
+    exposed_comm_us: float
+    exposed_memcpy_us: float
+    idle_us: float
+
+
+class IdleBreakdown(TypedDict):
+    host_bound_us: float  # the launch came after the GPU went idle
+    kernel_gap_us: float  # short gaps between back-to-back kernels
+    other_us: float
+
+
+class RankEntry(TypedDict, total=False):
+    rank: int
+    file: str
+    device: str | None
+    num_sms: int | None
+    window_us: float | None
+    gpu_busy_us: float | None
+    compute_us: float | None
+    comm_us: float | None
+    exposed_comm_us: float | None
+    memcpy_us: float | None
+    exposed_memcpy_us: float | None
+    idle_us: float | None
+    comm_overlap_pct: float | None
+    gpu_util_pct: float | None
+    sm_efficiency_pct: float | None
+    achieved_occupancy_pct: float | None
+    mfu_pct: float | None
+    steps: list[StepEntry]
+    # extras
+    host: str | None
+    idle_breakdown: IdleBreakdown | None
+    hfu_pct: float | None
+    cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
+    dropped_partial_step: int | None
+
+
+class CollectiveEntry(TypedDict, total=False):
+    pg: str
+    name: str
+    count: int
+    bytes: int
+    latency_us: float
+    wait_us: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    # extras
+    group_size: int
+    link: str | None  # "nvlink" | "network" | "pcie" | None
+    link_peak_gbps: float | None
+
+
+class StragglerEntry(TypedDict, total=False):
+    rank: int
+    blame_us_per_step: float
+    arrived_last: int
+    cause: str  # "gpu" | "host" | "unknown"
+    # extras
+    root: bool  # False when the rank was only late because it waited on someone earlier
+    evidence: str
+
+
+class PipelineEntry(TypedDict, total=False):
+    stages: int
+    microbatches: int
+    schedule: str  # "gpipe" | "1f1b" | "interleaved" | "unknown"
+    bubble_pct: float
+    theory_bubble_pct: float
+    # extras
+    per_stage: list[dict[str, Any]]  # {"rank", "stage", "bubble_pct", "idle_us", "p2p_wait_us", "compute_us"}
+    unbalanced: bool
+    timeline: list[dict[str, Any]]  # {"stage", "start_us", "end_us", "kind": "fwd"|"bwd"|"p2p"|"idle"}
+
+
+class SlowStepEntry(TypedDict, total=False):
+    step: int
+    duration_us: float
+    median_us: float
+    excess_us: float
+    cause: str  # "compute" | "exposed_comm" | "host" | "rank:<r>" | "unknown"
+    # extras
+    rank: int | None
+    detail: str
+
+
+class HangEntry(TypedDict, total=False):
+    pg: str
+    seq: int
+    op: str
+    missing_ranks: list[int]
+    waiting_ranks: list[int]
+    stacks: dict[str, str]  # rank -> "file:line in function"
+    # extras
+    mismatches: list[str]
+    evidence: list[str]
+
+
+class Finding(TypedDict, total=False):
+    id: str  # stable kind, e.g. "exposed_comm", "straggler", "pipeline_bubble"
+    title: str
+    impact_us_per_step: float
+    explanation: str
+    # extras
+    impact_pct: float | None
+    evidence: list[str]
+    suggestions: list[str]
+
+
+class Report(TypedDict, total=False):
+    schema: str
+    source: dict[str, Any]  # {"paths", "world_size", "backend", "devices"}
+    warnings: list[str]
+    ranks: list[RankEntry]
+    collectives: list[CollectiveEntry]
+    stragglers: list[StragglerEntry]
+    pipeline: PipelineEntry | None
+    slow_steps: list[SlowStepEntry]
+    hang: HangEntry | None
+    findings: list[Finding]
+    # extras for charts and tables
+    kernels: list[dict[str, Any]]  # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
+    roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
+    straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
+    nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses
