@@ -65,7 +65,7 @@ class CollectiveEntry(TypedDict, total=False):
     pg: str
     name: str
     count: int
-    bytes: int
+    bytes: int | None  # None when the trace records no message size (no comm args)
     latency_us: float
     wait_us: float
     algbw_gbps: float | None
@@ -90,8 +90,8 @@ class PipelineEntry(TypedDict, total=False):
     stages: int
     microbatches: int
     schedule: str  # "gpipe" | "1f1b" | "interleaved" | "unknown"
-    bubble_pct: float
-    theory_bubble_pct: float
+    bubble_pct: float | None  # None when per-stage activity is unavailable
+    theory_bubble_pct: float | None  # None when M is unknown
     # extras
     per_stage: list[dict[str, Any]]  # {"rank", "stage", "bubble_pct", "idle_us", "p2p_wait_us", "compute_us"}
     unbalanced: bool

@@ -1,0 +1,161 @@
+"""Why the GPU sat idle: the host was late, kernels were merely back to back, or something else.
+
+Idle time alone does not say what to fix. If the GPU drained and the next kernel had not even been
+launched yet, the host (Python, data loading, a sync) is the bottleneck; if the launch was already
+queued and the gap is tiny, it is launch/scheduling latency between back-to-back kernels.
+
+Classification of one idle gap ``[g0, g1)`` (HTA ``get_idle_time_breakdown``, µs):
+
+* **host_bound** — the runtime call that launched the activity ending the gap started after the
+  gap began (``host.ts[launch_row] > g0``): the GPU had nothing queued.
+* **kernel_gap** — otherwise, when the whole gap is shorter than ``kernel_gap_threshold_us``
+  (default 30 µs — HTA's ``consecutive_kernel_delay``; its docs say "30 ns" but its data are µs).
+* **other** — the rest (long gaps with the work already queued: stream/event waits, syncs, ...).
+
+Activities without a launch link (the profiler lost their runtime event) cannot be host_bound; they
+fall to the threshold test. (HTA instead joins them to trace row 0 and so usually calls them
+host-wait.) A gap after the last activity of the trace has nothing ending it: other.
+
+Two granularities are returned:
+
+* **whole GPU** (the top-level ``*_us`` keys): gaps of the union of every kernel, memcpy and memset
+  over all streams, clipped to the window. They split exactly the idle time of
+  :func:`traceread.analysis.breakdown.rank_breakdown` on the same window:
+  host_bound + kernel_gap + other = idle.
+* **per stream** (``streams``): HTA's own view — for each stream the gaps between its consecutive
+  activities, ignoring the other streams (a stream waiting while another works still counts idle),
+  clipped to the window; no gap before a stream's first or after its last activity. Each row's
+  three parts sum to its ``idle_us``. These numbers match HTA's per-stream output.
+
+The window defaults to first GPU start .. last GPU end (as for the breakdown).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceread import intervals as iv
+from traceread.analysis.breakdown import device_gpu_rows, snap_ns
+from traceread.model import RankTrace
+
+#: HTA's ``consecutive_kernel_delay`` default, in µs.
+KERNEL_GAP_THRESHOLD_US = 30.0
+
+HOST_BOUND, KERNEL_GAP, OTHER = 0, 1, 2
+
+
+def _launch_ts(rt: RankTrace, gpu: pl.DataFrame) -> np.ndarray:
+    """Start time of each GPU row's launching runtime call; NaN when unlinked."""
+    out = np.full(gpu.height, np.nan)
+    if gpu.height == 0 or rt.host.height == 0:
+        return out
+    has = gpu["launch_row"].is_not_null().to_numpy()
+    rows = gpu["launch_row"].fill_null(-1).to_numpy().astype(np.int64)
+    ok = has & (rows >= 0) & (rows < rt.host.height)
+    host_ts = rt.host["ts"].to_numpy().astype(np.float64)
+    out[ok] = host_ts[rows[ok]]
+    return out
+
+
+def _classify(
+    gap_start: np.ndarray, gap_len: np.ndarray, next_launch: np.ndarray, threshold: float
+) -> np.ndarray:
+    """HOST_BOUND / KERNEL_GAP / OTHER per gap (NaN launch = unknown = never host bound)."""
+    with np.errstate(invalid="ignore"):
+        host = next_launch > gap_start
+    return np.where(host, HOST_BOUND, np.where(gap_len < threshold, KERNEL_GAP, OTHER))
+
+
+def _sum_by_class(
+    gap_start: np.ndarray, gap_end: np.ndarray, cls: np.ndarray, lo: float, hi: float
+) -> tuple[float, float, float]:
+    clipped = np.clip(gap_end, lo, hi) - np.clip(gap_start, lo, hi)
+    clipped = np.maximum(clipped, 0.0)
+    return tuple(float(clipped[cls == k].sum()) for k in (HOST_BOUND, KERNEL_GAP, OTHER))  # type: ignore[return-value]
+
+
+def _whole_gpu_gaps(
+    ts: np.ndarray, end: np.ndarray, launch: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gaps of the all-stream union (incl. before the first and after the last activity)."""
+    s, e = iv.merge(ts, end)
+    # Gap k ends where merged block k starts; its start is the previous block's end.
+    g_start = np.concatenate(([-np.inf], e))
+    g_end = np.concatenate((s, [np.inf]))
+    # The activity ending each gap: among rows starting exactly at the block start, the one
+    # launched earliest (if any of them was queued before the gap, the GPU was not starved).
+    order = np.lexsort((np.nan_to_num(launch, nan=np.inf), ts))
+    ts_sorted = ts[order]
+    first = np.searchsorted(ts_sorted, s, side="left")
+    starts_here = first < ts_sorted.size
+    next_launch = np.full(s.size, np.nan)
+    next_launch[starts_here] = launch[order][first[starts_here]]
+    next_launch = np.concatenate((next_launch, [np.nan]))
+    g_len = g_end - g_start
+    cls = _classify(g_start, g_len, next_launch, threshold)
+    cls[-1] = OTHER  # after the last activity: nothing ended the gap
+    return g_start, g_end, cls
+
+
+def idle_breakdown(
+    rt: RankTrace,
+    window: tuple[float, float] | None = None,
+    *,
+    kernel_gap_threshold_us: float = KERNEL_GAP_THRESHOLD_US,
+) -> dict[str, Any] | None:
+    """Idle time of one rank split into host_bound / kernel_gap / other (module docstring).
+
+    Returns ``{"host_bound_us", "kernel_gap_us", "other_us", "idle_us", "window_us",
+    "kernel_gap_threshold_us", "streams": [{"stream", "host_bound_us", "kernel_gap_us",
+    "other_us", "idle_us"}, ...]}``, or None when the trace has no GPU events.
+    """
+    gpu = device_gpu_rows(rt).sort("ts")
+    if gpu.height == 0:
+        return None
+    # Whole nanoseconds after the first activity (as in the breakdown), so the split is exact.
+    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    ts = snap_ns(gpu["ts"].to_numpy(), base)
+    end = snap_ns(gpu["end"].to_numpy(), base)
+    launch = snap_ns(_launch_ts(rt, gpu), base)  # NaN stays NaN
+    threshold = kernel_gap_threshold_us * 1000.0
+    lo_us, hi_us = window if window is not None else (base, float(gpu["end"].max()))  # type: ignore[arg-type]
+    lo, hi = float(snap_ns(lo_us, base)), float(snap_ns(hi_us, base))
+
+    g_start, g_end, cls = _whole_gpu_gaps(ts, end, launch, threshold)
+    host_b, kgap, other = (x * 1e-3 for x in _sum_by_class(g_start, g_end, cls, lo, hi))
+
+    streams: list[dict[str, Any]] = []
+    stream_col = gpu["stream"].fill_null(-1).to_numpy()
+    for stream in np.unique(stream_col):
+        sel = np.flatnonzero(stream_col == stream)
+        s_ts, s_end, s_launch = ts[sel], end[sel], launch[sel]
+        if sel.size < 2:
+            parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        else:
+            prev_end = np.maximum.accumulate(s_end)[:-1]
+            gap_s, gap_e = prev_end, s_ts[1:]
+            keep = gap_e > gap_s
+            gap_s, gap_e = gap_s[keep], gap_e[keep]
+            c = _classify(gap_s, gap_e - gap_s, s_launch[1:][keep], threshold)
+            parts = tuple(x * 1e-3 for x in _sum_by_class(gap_s, gap_e, c, lo, hi))  # type: ignore[assignment]
+        streams.append(
+            {
+                "stream": int(stream),
+                "host_bound_us": parts[0],
+                "kernel_gap_us": parts[1],
+                "other_us": parts[2],
+                "idle_us": float(sum(parts)),
+            }
+        )
+    return {
+        "host_bound_us": host_b,
+        "kernel_gap_us": kgap,
+        "other_us": other,
+        "idle_us": host_b + kgap + other,
+        "window_us": (hi - lo) * 1e-3,
+        "kernel_gap_threshold_us": float(kernel_gap_threshold_us),
+        "streams": streams,
+    }
