@@ -111,7 +111,7 @@ class SlowStepEntry(TypedDict, total=False):
 
 class HangEntry(TypedDict, total=False):
     pg: str
-    seq: int
+    seq: int | None  # None when only stacks or debug messages are available
     op: str
     missing_ranks: list[int]
     waiting_ranks: list[int]
