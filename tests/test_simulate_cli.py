@@ -1,0 +1,58 @@
+"""``traceread simulate`` on the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from traceread.commands.simulate import simulate
+
+SMALL = ["--layers", "1", "--hidden", "1024", "--heads", "8", "--seq-len", "512", "--steps", "2"]
+
+
+def test_cli_writes_traces_and_truth_with_stragglers(tmp_path: Path) -> None:
+    res = CliRunner().invoke(simulate, ["ddp", "-o", str(tmp_path), "--ranks", "4", "--straggler", "1",
+                                        "--straggler", "3", "--straggler-delay-us", "800",
+                                        "--straggler-delay-us", "1200", "--straggler-cause", "gpu",
+                                        "--straggler-cause", "host", *SMALL])
+    assert res.exit_code == 0, res.output
+    assert "straggler rank 1 (gpu)" in res.output and "straggler rank 3 (host)" in res.output
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert [(s["rank"], s["injected_delay_us"], s["cause"]) for s in truth["stragglers"]] == [
+        (1, 800.0, "gpu"), (3, 1200.0, "host")]
+    assert len(list(tmp_path.glob("rank*.pt.trace.json.gz"))) == 4
+
+
+def test_cli_pp_and_slow_steps_and_device(tmp_path: Path) -> None:
+    r = CliRunner()
+    res = r.invoke(simulate, ["pp", "-o", str(tmp_path / "pp"), "--ranks", "2", "--microbatches", "2",
+                              "--schedule", "gpipe", "--p2p-us", "5", "--stage-factors", "1,1.2", "--batch", "1",
+                              *SMALL])
+    assert res.exit_code == 0, res.output
+    assert "pipeline bubble" in res.output
+    res = r.invoke(simulate, ["slow_steps", "-o", str(tmp_path / "s"), "--ranks", "2", "--device", "b200",
+                              "--slow-step", "11:checkpoint:5000", *SMALL])
+    assert res.exit_code == 0, res.output
+    truth = json.loads((tmp_path / "s" / "truth.json").read_text())
+    assert truth["device"] == "NVIDIA B200" and truth["num_sms"] == 148
+    assert [s["cause"] for s in truth["slow_steps"]] == ["checkpoint"]
+
+
+def test_cli_bad_input_is_one_line_without_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "traceread.cli", "simulate", "tp", "-o", str(tmp_path),
+                           "--ranks", "6", "--tp", "4"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "--tp 4 must divide --ranks 6" in proc.stderr
+    res = CliRunner().invoke(simulate, ["slow_steps", "-o", str(tmp_path), "--slow-step", "eleven"])
+    assert res.exit_code == 2 and "STEP:CAUSE:US" in res.output
+
+
+def test_cli_help_has_examples() -> None:
+    res = CliRunner().invoke(simulate, ["--help"])
+    assert res.exit_code == 0
+    assert "traceread simulate ddp -o /tmp/ddp --straggler 5" in res.output

@@ -1,0 +1,133 @@
+"""``traceread simulate``: write simulated multi-rank traces with exact ground truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from traceread.errors import TraceReadError
+
+SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps")
+
+
+def _straggler(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a rank number") from None
+
+
+def _slow_step(value: str) -> tuple[int, str, float]:
+    parts = value.split(":")
+    if len(parts) != 3:
+        raise click.BadParameter(f"{value!r}: expected STEP:CAUSE:US, e.g. 11:dataloader:30000")
+    try:
+        return int(parts[0]), parts[1], float(parts[2])
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: STEP and US must be numbers") from None
+
+
+@click.command("simulate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("scenario", type=click.Choice(SCENARIO_NAMES))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder to write rank{r}.pt.trace.json.gz and truth.json into.")
+@click.option("--ranks", default=8, show_default=True, help="World size (pp: number of stages).")
+@click.option("--steps", default=3, show_default=True, help="Profiled steps (ProfilerStep#10, #11, ...).")
+@click.option("--device", default="H100", show_default=True, type=click.Choice(["H100", "A100", "B200"],
+              case_sensitive=False), help="GPU model written into deviceProperties and used for timings.")
+@click.option("--seed", default=0, show_default=True, help="Seed of all jitter (same seed, same bytes).")
+@click.option("--jitter", default=0.01, show_default=True, help="Relative s.d. of compute-kernel durations.")
+@click.option("--layers", default=4, show_default=True, help="Decoder blocks in the model.")
+@click.option("--hidden", default=4096, show_default=True, help="Hidden size.")
+@click.option("--heads", default=32, show_default=True, help="Attention heads.")
+@click.option("--seq-len", default=2048, show_default=True, help="Sequence length.")
+@click.option("--batch", default=2, show_default=True, help="Sequences per rank and step (pp: per microbatch).")
+@click.option("--buckets", default=4, show_default=True, help="ddp: gradient buckets (all-reduces) per step.")
+@click.option("--comm", default="allreduce", show_default=True, type=click.Choice(["allreduce", "fsdp"]),
+              help="ddp: bucketed all-reduce, or FSDP-style all-gather + reduce-scatter per layer.")
+@click.option("--straggler", "straggler_ranks", multiple=True, callback=lambda c, p, v: [_straggler(x) for x in v],
+              help="Rank that straggles (repeatable).")
+@click.option("--straggler-delay-us", "straggler_delays", multiple=True, type=float,
+              help="Delay per step of each --straggler (one value, or one per straggler). Default 3000.")
+@click.option("--straggler-cause", "straggler_causes", multiple=True, type=click.Choice(["gpu", "host"]),
+              help="gpu: slower compute kernels; host: late launches (one value, or one per straggler). Default gpu.")
+@click.option("--tp", default=2, show_default=True, help="tp: tensor-parallel group size.")
+@click.option("--microbatches", default=4, show_default=True, help="pp: microbatches per step.")
+@click.option("--schedule", default="1f1b", show_default=True, type=click.Choice(["gpipe", "1f1b", "interleaved"]),
+              help="pp: pipeline schedule (interleaved = Megatron interleaved 1F1B).")
+@click.option("--chunks", default=2, show_default=True, help="pp interleaved: model chunks per stage.")
+@click.option("--p2p-us", default=None, type=float, help="pp: fixed send/recv transfer time (0 = free transfers).")
+@click.option("--stage-factors", default=None, help="pp: comma-separated compute-time factor per stage, e.g. 1,1,1.4,1.")
+@click.option("--no-optimizer", is_flag=True, help="Leave out the optimizer step.")
+@click.option("--slow-step", "slow_steps", multiple=True, callback=lambda c, p, v: [_slow_step(x) for x in v],
+              help="STEP:CAUSE:US with CAUSE dataloader|gc|checkpoint (repeatable).")
+@click.option("--hosts", default=1, show_default=True, help="Hosts the ranks are spread over (consecutive blocks).")
+@click.option("--skew-us", default=0.0, show_default=True, help="Clock offset of host h = h x SKEW µs.")
+def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
+             straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
+             slow_steps: list[tuple[int, str, float]], device: str, **knobs: object) -> None:
+    """Write a simulated multi-rank GPU training run with exact ground truth.
+
+    Writes one torch-2.x-shaped Kineto trace per rank (rank{r}.pt.trace.json.gz: NCCL kernels with
+    record_param_comms metadata, cpu_ops with shapes, occupancy fields, deviceProperties of the GPU)
+    and truth.json with the numbers an analysis must find (time breakdown, SM efficiency, MFU,
+    per-collective waits, straggler blame, pipeline bubble, slow steps, clock offsets).
+
+    \b
+    Scenarios: ddp, tp, pp, slow_steps.
+    \b
+    Examples:
+      traceread simulate ddp -o /tmp/ddp --straggler 5 --straggler-delay-us 3000
+      traceread simulate ddp -o /tmp/host --straggler 2 --straggler-cause host --device A100
+      traceread simulate ddp -o /tmp/fsdp --comm fsdp --ranks 4
+      traceread simulate tp -o /tmp/tp --ranks 8 --tp 4
+      traceread simulate pp -o /tmp/pp --ranks 4 --microbatches 8 --schedule gpipe --p2p-us 0
+      traceread simulate pp -o /tmp/ppi --ranks 4 --microbatches 8 --schedule interleaved --chunks 2
+      traceread simulate slow_steps -o /tmp/slow --steps 5 --slow-step 11:dataloader:30000
+      traceread simulate ddp -o /tmp/skew --hosts 2 --skew-us 800
+      traceread report /tmp/ddp
+    """
+    from traceread.simulate import simulate as run
+
+    stragglers = []
+    for i, r in enumerate(straggler_ranks):
+        delay = _pick(straggler_delays, i, 3000.0, "--straggler-delay-us")
+        cause = _pick(straggler_causes, i, "gpu", "--straggler-cause")
+        stragglers.append((r, float(delay), str(cause)))
+    factors = None
+    if stage_factors:
+        try:
+            factors = [float(x) for x in stage_factors.split(",")]
+        except ValueError:
+            raise click.BadParameter(f"{stage_factors!r}: expected numbers separated by commas",
+                                     param_hint="--stage-factors") from None
+    if scenario == "slow_steps" and not slow_steps:
+        steps = int(knobs["steps"])  # type: ignore[call-overload]
+        slow_steps = [(10 + (1 if steps > 1 else 0), "dataloader", 30000.0)]  # steps are numbered from 10
+    try:
+        truth = run(scenario, out_dir, device=device.upper(), stragglers=stragglers, stage_factors=factors,
+                    optimizer=not no_optimizer, slow_steps=slow_steps, **knobs)
+    except ValueError as exc:
+        raise TraceReadError(str(exc)) from None
+    r0 = truth["ranks"]["0"]
+    click.echo(f"wrote {truth['world_size']} ranks x {len(truth['steps'])} steps of '{scenario}' on "
+               f"{truth['device']} to {out_dir}/ (truth.json)")
+    step = r0["steps"][0]["duration_us"] / 1000
+    click.echo(f"rank 0: step {step:.2f} ms, compute {r0['compute_us'] / 1000:.2f} ms, exposed comm "
+               f"{r0['exposed_comm_us'] / 1000:.2f} ms, idle {r0['idle_us'] / 1000:.2f} ms, MFU {r0['mfu_pct']:.1f}%")
+    for s in truth["stragglers"]:
+        click.echo(f"straggler rank {s['rank']} ({s['cause']}): blame {s['blame_us_per_step'] / 1000:.2f} ms/step")
+    if truth["pipeline"]:
+        p = truth["pipeline"]
+        click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
+
+
+def _pick(values: tuple, i: int, default: object, flag: str) -> object:  # type: ignore[type-arg]
+    if not values:
+        return default
+    if len(values) == 1:
+        return values[0]
+    if i >= len(values):
+        raise click.BadParameter(f"give one value, or one per --straggler", param_hint=flag)
+    return values[i]

@@ -1,0 +1,118 @@
+"""The simulated folders shipped in ``sample_traces/`` and how to regenerate them.
+
+``python -m traceread.simulate.samples [ROOT]`` rewrites every folder below (default ROOT:
+``sample_traces`` of the checkout) plus its README; output is byte-identical for the same code.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceread.simulate import simulate
+
+#: folder -> (scenario, knobs, one-line description for the README)
+SAMPLES: dict[str, tuple[str, dict[str, Any], str]] = {
+    "ddp_straggler_h100": (
+        "ddp",
+        {"ranks": 8, "steps": 3, "stragglers": [(5, 3000.0, "gpu")]},
+        "8-rank DDP on H100, 4 gradient buckets overlapping backward; rank 5 is a GPU straggler "
+        "(compute kernels +3 ms/step), so the other ranks wait in every all-reduce.",
+    ),
+    "tp_dp_h100": (
+        "tp",
+        {"ranks": 8, "steps": 3, "tp": 4},
+        "8 ranks = 2 TP groups of 4 (mesh_tp all-reduce after attention and MLP, fwd and bwd) x DP 2 "
+        "(mesh_dp gradient all-reduce overlapping backward).",
+    ),
+    "pp_1f1b_h100": (
+        "pp",
+        {"ranks": 4, "steps": 3, "microbatches": 8, "schedule": "1f1b"},
+        "4-stage pipeline, 8 microbatches, 1F1B schedule, send/recv (ncclDevKernel_SendRecv) between "
+        "adjacent stages; bubble theory 3/11 = 27.3%.",
+    ),
+    "pp_gpipe_h100": (
+        "pp",
+        {"ranks": 4, "steps": 3, "microbatches": 8, "schedule": "gpipe"},
+        "Same pipeline with the GPipe schedule (all forwards, then all backwards).",
+    ),
+    "slow_steps_a100": (
+        "slow_steps",
+        {"ranks": 4, "steps": 5, "device": "A100",
+         "slow_steps": [(11, "dataloader", 30000.0), (12, "gc", 15000.0), (13, "checkpoint", 40000.0)]},
+        "4-rank DDP on A100, 5 steps: step 11 data-loader stall (30 ms), step 12 GC pause (15 ms), "
+        "step 13 checkpoint write (40 ms).",
+    ),
+    "skewed_2host_h100": (
+        "ddp",
+        {"ranks": 8, "steps": 3, "hosts": 2, "skew_us": 800.0},
+        "8-rank DDP over 2 hosts (inter-node all-reduce); host 1's clock runs 800 us ahead, no real "
+        "straggler: clock-unaware straggler detection wrongly blames ranks 4-7.",
+    ),
+}
+
+REGENERATE = "python -m traceread.simulate.samples sample_traces"
+
+
+def _foreign_rows(root: Path) -> list[str]:
+    """Rows of the existing README for folders other tools put in sample_traces/, kept as they are."""
+    rows: dict[str, str] = {}
+    old = root / "README.md"
+    if old.is_file():
+        for line in old.read_text().splitlines():
+            m = re.match(r"^\| `([^`]+)/` \|", line)
+            if m and m.group(1) not in SAMPLES:
+                rows[m.group(1)] = line
+    for d in sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if d not in SAMPLES and d not in rows:
+            rows[d] = f"| `{d}/` | (not simulated: written by another traceread tool; see its docs) |"
+    return [rows[k] for k in sorted(rows)]
+
+
+def readme(root: Path | None = None) -> str:
+    """README of sample_traces/: one row per simulated folder, then rows kept for other folders."""
+    lines = [
+        "# Sample traces",
+        "",
+        "Simulated multi-rank torch 2.x NCCL profiles written by `traceread simulate`, each with a",
+        "`truth.json` holding the exact numbers an analysis must find (see `docs/simulate.md`).",
+        "They are synthetic: timings come from a schedule model, not from a GPU.",
+        "",
+        "| folder | what it shows |",
+        "|---|---|",
+    ]
+    for name, (_, _, desc) in SAMPLES.items():
+        lines.append(f"| `{name}/` | {desc} |")
+    if root is not None:
+        lines += _foreign_rows(root)
+    lines += [
+        "",
+        f"Regenerate (deterministic, byte-identical): `{REGENERATE}`",
+        "",
+        "HTA note: `TraceAnalysis(trace_dir=...)` reads every `*.json` in a folder, and truth.json is",
+        "not a trace; point HTA at a folder holding only the `rank*.pt.trace.json.gz` files.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def regenerate(root: Path | str, only: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Write the sample folders (all, or ``only`` these) under ``root``; return their truths."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    truths = {}
+    for name, (scenario, knobs, _) in SAMPLES.items():
+        if only is not None and name not in only:
+            continue
+        truths[name] = simulate(scenario, root / name, **knobs)
+    if only is None:
+        (root / "README.md").write_text(readme(root))
+    return truths
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "sample_traces"
+    regenerate(target)
+    print(f"wrote {len(SAMPLES)} sample folders to {target}")

@@ -1,0 +1,509 @@
+"""The simulated training jobs: DDP/FSDP, tensor parallel, pipeline parallel, slow steps.
+
+Each scenario builds one host *program* per rank (see :mod:`traceread.simulate.schedule`) and
+returns the finished :class:`~traceread.simulate.schedule.Simulation` plus the process groups each
+rank knows. The model is a GPT-style decoder block repeated ``layers`` times (LN, QKV, causal flash
+attention, out-proj, residual add, LN, MLP with GELU, residual add) on bf16 activations
+``[batch·seq_len, hidden]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from traceread.simulate.comm import ProcessGroup, collective, p2p
+from traceread.simulate.devices import get_device
+from traceread.simulate.layers import COMPUTE_STREAM, Emitter
+from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation
+
+SCENARIOS: dict[str, str] = {
+    "ddp": "Data parallel (DDP bucketed all-reduce, or --comm fsdp: all-gather/reduce-scatter) overlapping "
+           "backward on a separate NCCL stream; optional straggler ranks (slow GPU or late host).",
+    "tp": "Tensor parallel all-reduce per transformer block inside TP groups, plus DP gradient all-reduce "
+          "across TP groups (two process groups besides the default one).",
+    "pp": "Pipeline parallel: P stages x M microbatches, GPipe, 1F1B or interleaved 1F1B schedule, send/recv between adjacent "
+          "stages, optional unequal stage times; truth carries the bubble and its theory.",
+    "slow_steps": "DDP where chosen steps suffer a data-loader stall, a GC pause or a checkpoint write.",
+}
+
+STREAM_DP = 13  # NCCL stream of the data-parallel / default group
+STREAM_TP = 17
+P2P_STREAMS = {"recv_act": 21, "send_act": 25, "recv_grad": 29, "send_grad": 33}
+SLOW_CAUSES = ("dataloader", "gc", "checkpoint")
+
+
+@dataclass
+class Knobs:
+    """Every scenario knob, with the defaults of the sample traces."""
+
+    ranks: int = 8
+    steps: int = 3
+    device: str = "H100"
+    seed: int = 0
+    jitter: float = 0.01  # relative sd of compute-kernel durations (0 = perfectly regular)
+    host_speed: float = 1.0  # multiplier on every host-side duration
+    layers: int = 4
+    hidden: int = 4096
+    heads: int = 32
+    seq_len: int = 2048
+    batch: int = 2
+    first_step: int = 10
+    buckets: int = 4
+    comm: str = "allreduce"  # ddp: allreduce | fsdp
+    stragglers: list[tuple[int, float, str]] = field(default_factory=list)  # (rank, delay_us, gpu|host)
+    tp: int = 2
+    microbatches: int = 4
+    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved
+    chunks: int = 2  # interleaved: model chunks (virtual stages) per pipeline rank
+    p2p_us: float | None = None  # fixed send/recv transfer time; None = bandwidth model
+    stage_factors: list[float] | None = None  # per-stage compute-time multipliers (pp)
+    optimizer: bool = True
+    slow_steps: list[tuple[int, str, float]] = field(default_factory=list)  # (step number, cause, us)
+    hosts: int = 1
+    skew_us: float = 0.0
+
+    def step_numbers(self) -> list[int]:
+        return list(range(self.first_step, self.first_step + self.steps))
+
+    def validate(self, scenario: str) -> None:
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        get_device(self.device)
+        if self.ranks < 1 or self.steps < 1:
+            raise ValueError("ranks and steps must be >= 1")
+        if self.hosts < 1 or self.ranks % self.hosts:
+            raise ValueError(f"--hosts {self.hosts} must divide --ranks {self.ranks}")
+        if self.hidden % self.heads:
+            raise ValueError("hidden must be a multiple of heads")
+        for r, _, cause in self.stragglers:  # (rank, delay_us, cause)
+            if not 0 <= r < self.ranks:
+                raise ValueError(f"straggler rank {r} outside 0..{self.ranks - 1}")
+            if cause not in ("gpu", "host"):
+                raise ValueError(f"straggler cause {cause!r} must be gpu or host")
+            if _ < 0:
+                raise ValueError("--straggler-delay-us must be >= 0")
+        for s, cause, _ in self.slow_steps:
+            if s not in self.step_numbers():
+                raise ValueError(f"slow step {s} is not one of the simulated steps {self.step_numbers()}")
+            if cause not in SLOW_CAUSES:
+                raise ValueError(f"slow-step cause {cause!r} must be one of {', '.join(SLOW_CAUSES)}")
+        if scenario in ("tp", "pp") and any(c != "dataloader" for _, c, _ in self.slow_steps):
+            raise ValueError("tp/pp support only dataloader slow steps; use ddp or slow_steps for gc/checkpoint")
+        if scenario == "tp" and (self.ranks % self.tp or self.heads % self.tp):
+            raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
+        if scenario == "pp":
+            if self.ranks < 2:
+                raise ValueError("pp needs at least 2 ranks (stages)")
+            if self.schedule not in ("gpipe", "1f1b", "interleaved"):
+                raise ValueError("--schedule must be gpipe, 1f1b or interleaved")
+            if self.schedule == "interleaved" and (self.chunks < 1 or self.microbatches % self.ranks):
+                raise ValueError(f"interleaved needs --chunks >= 1 and --microbatches a multiple of --ranks {self.ranks}")
+            if self.stage_factors is not None and len(self.stage_factors) != self.ranks:
+                raise ValueError(f"--stage-factors needs {self.ranks} values (one per stage)")
+        if self.comm not in ("allreduce", "fsdp"):
+            raise ValueError("--comm must be allreduce or fsdp")
+
+
+@dataclass
+class Built:
+    """A finished simulation and what the writer/truth need to know about it."""
+
+    sim: Simulation
+    pgs: list[list[ProcessGroup]]  # per rank: the groups in its distributedInfo.pg_config
+    knobs: Knobs
+    scenario: str
+    layer_params: int
+
+
+def layer_params(h: int, tp: int = 1) -> int:
+    """Parameters of one decoder block on one TP rank: QKV (no bias), out-proj, fc1, fc2 (+biases), 2 LNs."""
+    return (3 * h * h + h * h + h + 4 * h * h + 4 * h + 4 * h * h + h) // tp + 4 * h
+
+
+# ---- shared pieces of a training step ----------------------------------------------------------------
+
+
+def _step_open(ctx: RankCtx, k: Knobs, step: int, host_extra_ns: int, dl_extra_ns: int) -> GpuOp:
+    """Data loader, any host-side delay, and the H2D copy of the token batch (int64 [B, S])."""
+    with ctx.op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", cat="user_annotation",
+                pre=60_000, post=20_000):
+        ctx.advance(dl_extra_ns + host_extra_ns)
+    with ctx.op("aten::to", dims=[[k.batch, k.seq_len], [], [], [], []], types=["long int", "", "", "", ""],
+                concrete=["", "", "", "True", "False"], pre=3_000):
+        with ctx.op("aten::_to_copy", dims=[[k.batch, k.seq_len], [], [], [], [], [], []],
+                    types=["long int", "", "", "", "", "", ""], pre=3_000):
+            with ctx.op("aten::copy_", dims=[[k.batch, k.seq_len], [k.batch, k.seq_len], []],
+                        types=["long int", "long int", "Scalar"], pre=2_000):
+                return ctx.memcpy("HtoD", 8 * k.batch * k.seq_len, COMPUTE_STREAM)
+
+
+def _step_close(ctx: RankCtx, k: Knobs, loss_on_this_rank: bool = True) -> Program:
+    """``loss.item()`` (DtoH copy + stream sync) closing the step: the host waits for its GPU here."""
+    if loss_on_this_rank:
+        with ctx.op("aten::item", dims=[[]], types=["float"], pre=2_000):
+            with ctx.op("aten::_local_scalar_dense", dims=[[]], types=["float"], pre=2_000):
+                ctx.memcpy("DtoH", 4, COMPUTE_STREAM, phase="io")
+                yield ctx.sync("cudaStreamSynchronize")
+    else:
+        yield ctx.sync("cudaDeviceSynchronize")
+
+
+class Block:
+    """Forward and backward of one decoder block on one rank (optionally tensor-parallel)."""
+
+    def __init__(self, em: Emitter, k: Knobs, m: int, batch: int, tp: int = 1,
+                 tp_pg: ProcessGroup | None = None) -> None:
+        self.em, self.k, self.m, self.batch, self.tp, self.tp_pg = em, k, m, batch, tp, tp_pg
+        self.seqs: dict[str, int] = {}
+
+    def _tp_allreduce(self, last: GpuOp, phase: str) -> GpuOp:
+        assert self.tp_pg is not None
+        return collective(self.em.ctx, self.tp_pg, "allreduce", self.m * self.k.hidden, waits=[last], phase=phase)
+
+    def forward(self, first_waits: list[GpuOp] | None = None, phase: str = "fwd") -> GpuOp:
+        em, k, m, tp = self.em, self.k, self.m, self.tp
+        h, ctx = k.hidden, self.em.ctx
+        s = {n: ctx.next_seq() for n in ("ln1", "qkv", "attn", "proj", "add1", "ln2", "fc1", "gelu", "fc2", "add2")}
+        self.seqs = s
+        first = em.layer_norm(m, h, seq=s["ln1"], phase=phase)
+        if first_waits:
+            first.waits.extend(first_waits)
+        em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)
+        em.sdpa(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
+        last = em.linear(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
+        waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
+        add = em.add_(m, h, phase=phase)
+        if waits:
+            add.waits.extend(waits)
+        em.layer_norm(m, h, seq=s["ln2"], phase=phase)
+        em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)
+        em.gelu(m, 4 * h // tp, seq=s["gelu"], phase=phase)
+        last = em.linear(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
+        waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
+        out = em.add_(m, h, phase=phase)
+        if waits:
+            out.waits.extend(waits)
+        return out
+
+    def backward(self, first_waits: list[GpuOp] | None = None, phase: str = "bwd") -> GpuOp:
+        em, k, m, tp, s = self.em, self.k, self.m, self.tp, self.seqs
+        h = k.hidden
+        first = em.add_backward(m, h, seq=s["add2"], phase=phase)
+        if first_waits:
+            first.waits.extend(first_waits)
+        em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
+        em.gelu_backward(m, 4 * h // tp, seq=s["gelu"], phase=phase)
+        last = em.linear_backward(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)[0]
+        waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
+        ln = em.layer_norm_backward(m, h, seq=s["ln2"], phase=phase)
+        if waits:
+            ln.waits.extend(waits)
+        em.add_backward(m, h, seq=s["add1"], phase=phase)
+        em.linear_backward(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
+        em.sdpa_backward(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
+        last = em.linear_backward(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)[0]
+        waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
+        out = em.layer_norm_backward(m, h, seq=s["ln1"], phase=phase)
+        if waits:
+            out.waits.extend(waits)
+        return out
+
+
+def _last_compute(ctx: RankCtx) -> GpuOp:
+    return ctx.streams[COMPUTE_STREAM][-1]
+
+
+def _host_delays(k: Knobs, rank: int, step: int) -> tuple[int, int, int, int]:
+    """(host straggler ns, data-loader stall ns, GC pause ns, checkpoint ns) for this rank and step."""
+    host = sum(int(d * 1000) for r, d, c in k.stragglers if r == rank and c == "host")
+    dl = gc = ck = 0
+    for s, cause, us in k.slow_steps:
+        if s == step:
+            if cause == "dataloader":
+                dl += int(us * 1000)
+            elif cause == "gc":
+                gc += int(us * 1000)
+            else:
+                ck += int(us * 1000)
+    return host, dl, gc, ck
+
+
+def _checkpoint(ctx: RankCtx, k: Knobs, ns: int, params: int) -> Program:
+    """``torch.save`` of the model: a DtoH copy of the weights, then the host writing the file."""
+    nbytes = min(2 * params, int(ns * 12.0 * 0.5))  # half of the pause is the copy at 12 GB/s
+    with ctx.op("aten::copy_", dims=[[params], [params], []], types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+        ctx.memcpy("DtoH", nbytes, COMPUTE_STREAM, phase="ckpt")
+        yield ctx.sync("cudaStreamSynchronize")
+    with ctx.op("checkpoint.save", cat="user_annotation", pre=10_000, post=5_000):
+        ctx.advance(max(0, ns - int(nbytes / 12.0)))
+
+
+# ---- data parallel ------------------------------------------------------------------------------------
+
+
+def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
+    em = Emitter(ctx)
+    m = k.batch * k.seq_len
+    params_layer = layer_params(k.hidden)
+    n = len(dp.ranks)
+    nb = max(1, min(k.buckets, k.layers))
+    # bucket b holds the layers whose gradients become ready b-th (backward runs last layer first)
+    order = list(reversed(range(k.layers)))
+    bucket_of = {layer: min(i * nb // k.layers, nb - 1) for i, layer in enumerate(order)}
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            ag: dict[int, GpuOp] = {}
+            with ctx.op("DistributedDataParallel.forward" if k.comm == "allreduce" else "FSDP::pre_forward",
+                        cat="user_annotation", pre=20_000):
+                for i, blk in enumerate(blocks):
+                    waits = [h2d] if i == 0 else []
+                    if k.comm == "fsdp":
+                        for j in (i, i + 1):
+                            if j < k.layers and j not in ag:
+                                ag[j] = collective(ctx, dp, "_allgather_base", params_layer, waits=[], phase="comm")
+                        waits.append(ag[i])
+                    if gc and i == 0:
+                        ctx.advance(gc)  # gc.collect() on the host, no op recorded: nothing is launched meanwhile
+                    blk.forward(waits)
+                loss_seq = ctx.next_seq()
+                em.loss(m, k.hidden, seq=loss_seq)
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, k.hidden, seq=loss_seq)
+                pending: list[int] = []
+                comm_ops: list[GpuOp] = []
+                ag_b: dict[int, GpuOp] = {}
+                for idx, layer in enumerate(order):
+                    waits: list[GpuOp] = []
+                    if k.comm == "fsdp":
+                        for j in (layer, layer - 1):
+                            if j >= 0 and j not in ag_b:
+                                ag_b[j] = collective(ctx, dp, "_allgather_base", params_layer, waits=[], phase="comm")
+                        waits.append(ag_b[layer])
+                    blocks[layer].backward(waits)
+                    if k.comm == "fsdp":
+                        comm_ops.append(collective(ctx, dp, "_reduce_scatter_base", params_layer,
+                                                   waits=[_last_compute(ctx)], phase="comm"))
+                        continue
+                    pending.append(layer)
+                    next_bucket = bucket_of[order[idx + 1]] if idx + 1 < len(order) else None
+                    if next_bucket != bucket_of[layer]:
+                        numel = params_layer * len(pending)
+                        comm_ops.append(collective(ctx, dp, "allreduce", numel, waits=[_last_compute(ctx)],
+                                                   phase="comm"))
+                        pending = []
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                shard = params_layer * k.layers // (n if k.comm == "fsdp" else 1)
+                opt = em.adamw(shard, tensors=k.layers * 8)
+                opt[0].waits.extend(comm_ops)
+            elif comm_ops:
+                _last_compute(ctx).waits.extend(comm_ops)
+            yield from _step_close(ctx, k)
+            if ck:
+                yield from _checkpoint(ctx, k, ck, params_layer * k.layers)
+
+
+def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
+    sim = _new_sim(k)
+    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    _apply_gpu_stragglers(sim, k, lambda s: [_ddp_program(c, k, dp) for c in s.ranks])
+    sim.run([_ddp_program(c, k, dp) for c in sim.ranks])
+    return Built(sim, [[dp] for _ in range(k.ranks)], k, scenario, layer_params(k.hidden))
+
+
+# ---- tensor parallel ----------------------------------------------------------------------------------
+
+
+def _tp_groups(k: Knobs) -> tuple[ProcessGroup, list[ProcessGroup], list[ProcessGroup]]:
+    world = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    ntp = k.ranks // k.tp
+    tp_groups = [ProcessGroup(str(1 + g), "mesh_tp", tuple(range(g * k.tp, (g + 1) * k.tp)), STREAM_TP)
+                 for g in range(ntp)]
+    dp_groups = [ProcessGroup(str(1 + ntp + j), "mesh_dp", tuple(range(j, k.ranks, k.tp)), STREAM_DP + 2)
+                 for j in range(k.tp)]
+    return world, tp_groups, dp_groups
+
+
+def _tp_program(ctx: RankCtx, k: Knobs, tp_pg: ProcessGroup, dp_pg: ProcessGroup) -> Program:
+    em = Emitter(ctx)
+    m = k.batch * k.seq_len
+    params_layer = layer_params(k.hidden, k.tp)
+    dp_n = len(dp_pg.ranks)
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            blocks = [Block(em, k, m, k.batch, k.tp, tp_pg) for _ in range(k.layers)]
+            for i, blk in enumerate(blocks):
+                blk.forward([h2d] if i == 0 else None)
+            loss_seq = ctx.next_seq()
+            em.loss(m, k.hidden, seq=loss_seq)
+            comm_ops: list[GpuOp] = []
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, k.hidden, seq=loss_seq)
+                for layer in reversed(range(k.layers)):
+                    blocks[layer].backward()
+                    if dp_n > 1:
+                        comm_ops.append(collective(ctx, dp_pg, "allreduce", params_layer,
+                                                   waits=[_last_compute(ctx)], phase="comm"))
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
+                opt[0].waits.extend(comm_ops)
+            yield from _step_close(ctx, k)
+
+
+def build_tp(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    world, tps, dps = _tp_groups(k)
+
+    def programs(s: Simulation) -> list[Program]:
+        return [_tp_program(c, k, tps[c.rank // k.tp], dps[c.rank % k.tp]) for c in s.ranks]
+
+    _apply_gpu_stragglers(sim, k, programs)
+    sim.run(programs(sim))
+    pgs = [[world, tps[r // k.tp], dps[r % k.tp]] for r in range(k.ranks)]
+    return Built(sim, pgs, k, "tp", layer_params(k.hidden, k.tp))
+
+
+# ---- pipeline parallel --------------------------------------------------------------------------------
+
+
+def pipeline_order(stage: int, stages: int, micro: int, schedule: str, chunks: int = 1) -> list[tuple[str, int, int]]:
+    """The order one stage runs forward ('F', chunk, i) and backward ('B', chunk, i) of its microbatches.
+
+    GPipe: all forwards, then all backwards in the same microbatch order. 1F1B (PipeDream-flush):
+    ``stages - stage - 1`` warm-up forwards, then alternate one forward / one backward, then the
+    remaining backwards. Interleaved 1F1B (Megatron-LM, ``chunks`` model chunks per stage, microbatches
+    a multiple of stages): virtual microbatch k runs chunk ``(k // stages) % chunks`` (reversed for
+    backward) of microbatch ``(k // (stages·chunks))·stages + k % stages``; warm-up
+    ``2·(stages − stage − 1) + (chunks − 1)·stages`` forwards.
+    """
+    if schedule == "gpipe":
+        return [("F", 0, i) for i in range(micro)] + [("B", 0, i) for i in range(micro)]
+    if schedule == "1f1b":
+        chunks = 1
+    total = micro * chunks
+
+    def virt(k: int, forward: bool) -> tuple[int, int]:
+        c = (k // stages) % chunks
+        i = (k // (stages * chunks)) * stages + k % stages
+        return (c if forward else chunks - 1 - c), i
+
+    if chunks == 1:
+        warm = min(stages - stage - 1, micro)
+    elif micro == stages:
+        warm = total
+    else:
+        warm = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+    order = [("F", *virt(k, True)) for k in range(warm)]
+    f, b = warm, 0
+    while f < total:
+        order.append(("F", *virt(f, True)))
+        f += 1
+        order.append(("B", *virt(b, False)))
+        b += 1
+    order += [("B", *virt(k, False)) for k in range(b, total)]
+    return order  # type: ignore[return-value]
+
+
+def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup) -> Program:
+    em = Emitter(ctx)
+    p, stages, micro = ctx.rank, k.ranks, k.microbatches
+    v = k.chunks if k.schedule == "interleaved" else 1
+    mb = k.batch  # pp: --batch is the microbatch size
+    m = mb * k.seq_len
+    act = m * k.hidden
+    layers_chunk = max(1, k.layers // (stages * v))
+    last = stages - 1
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl) if p == 0 else None
+            blocks: dict[tuple[int, int], list[Block]] = {}
+            for kind, c, i in pipeline_order(p, stages, micro, k.schedule, v):
+                if kind == "F":
+                    waits: list[GpuOp] = [h2d] if (h2d is not None and i == 0 and c == 0) else []
+                    # activations come from the previous stage (same chunk) or, on stage 0, from the
+                    # last stage's previous chunk; keys name the sender's (chunk, microbatch)
+                    if p > 0 or c > 0:
+                        src, sc = (p - 1, c) if p > 0 else (last, c - 1)
+                        waits.append(p2p(ctx, pg, "recv", src, act, "act", (sc, i), waits=[], transfer_us=k.p2p_us,
+                                         stream=P2P_STREAMS["recv_act"]))
+                    blocks[(c, i)] = [Block(em, k, m, mb) for _ in range(layers_chunk)]
+                    with ctx.op(f"forward_chunk{c}_microbatch_{i}" if v > 1 else f"forward_microbatch_{i}",
+                                cat="user_annotation", pre=5_000):
+                        for j, blk in enumerate(blocks[(c, i)]):
+                            out = blk.forward(waits if j == 0 else None)
+                    if p < last or c < v - 1:
+                        dst = p + 1 if p < last else 0
+                        p2p(ctx, pg, "send", dst, act, "act", (c, i), waits=[out], transfer_us=k.p2p_us,
+                            stream=P2P_STREAMS["send_act"])
+                else:
+                    waits = []
+                    if p < last or c < v - 1:
+                        src, sc = (p + 1, c) if p < last else (0, c + 1)
+                        waits.append(p2p(ctx, pg, "recv", src, act, "grad", (sc, i), waits=[],
+                                         transfer_us=k.p2p_us, stream=P2P_STREAMS["recv_grad"]))
+                    name = f"backward_chunk{c}_microbatch_{i}" if v > 1 else f"backward_microbatch_{i}"
+                    with ctx.thread(ctx.autograd_tid), ctx.op(name, cat="user_annotation", pre=5_000):
+                        for j, blk in enumerate(reversed(blocks[(c, i)])):
+                            out = blk.backward(waits if j == 0 else None)
+                    if p > 0 or c > 0:
+                        dst = p - 1 if p > 0 else last
+                        p2p(ctx, pg, "send", dst, act, "grad", (c, i), waits=[out], transfer_us=k.p2p_us,
+                            stream=P2P_STREAMS["send_grad"])
+            if k.optimizer:
+                em.adamw(layer_params(k.hidden) * layers_chunk * v, tensors=layers_chunk * v * 8)
+            yield from _step_close(ctx, k, loss_on_this_rank=(p == 0))
+
+
+def build_pp(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    pg = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    for ctx in sim.ranks:
+        if k.stage_factors is not None:
+            ctx.slow_factor = float(k.stage_factors[ctx.rank])
+    _apply_gpu_stragglers(sim, k, lambda s: [_pp_program(c, k, pg) for c in s.ranks])
+    sim.run([_pp_program(c, k, pg) for c in sim.ranks])
+    return Built(sim, [[pg] for _ in range(k.ranks)], k, "pp", layer_params(k.hidden))
+
+
+# ---- plumbing -------------------------------------------------------------------------------------------
+
+
+def _new_sim(k: Knobs) -> Simulation:
+    return Simulation(get_device(k.device), k.ranks, seed=k.seed, jitter=k.jitter, host_ns=k.host_speed,
+                      gpus_per_host=k.ranks // k.hosts)
+
+
+def _apply_gpu_stragglers(sim: Simulation, k: Knobs, programs: Callable[[Simulation], list[Program]]) -> None:
+    """Turn ``--straggler-delay-us`` into a compute slowdown: a dry run measures the rank's compute per step."""
+    gpu = [(r, d) for r, d, c in k.stragglers if c == "gpu"]
+    if not gpu:
+        return
+    dry = _new_sim(replace(k, stragglers=[]))
+    for c_dry, c in zip(dry.ranks, sim.ranks):
+        c_dry.slow_factor = c.slow_factor
+    dry.run(programs(dry))
+    for r, delay_us in gpu:
+        comp = sum(o.dur_ns for o in dry.ranks[r].gpu if o.cls == "comp")
+        per_step = comp / k.steps
+        sim.ranks[r].slow_factor *= 1.0 + delay_us * 1000.0 / per_step
+
+
+def build(scenario: str, k: Knobs) -> Built:
+    """Run one scenario with its knobs."""
+    k.validate(scenario)
+    if scenario in ("ddp", "slow_steps"):
+        return build_ddp(k, scenario)
+    if scenario == "tp":
+        return build_tp(k)
+    return build_pp(k)
