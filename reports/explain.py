@@ -1,0 +1,181 @@
+"""Short explanations of the concepts behind each number, written around the job's own measurements.
+
+A reader at 3 a.m. should not need a textbook: each function takes the measured values and returns a
+paragraph that says what the concept is, what the formula predicts for *this* job, and what a
+change would buy. All functions return plain text (renderers escape it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceread.reports.stats import ms, nbytes, pct
+
+#: Bytes each rank must move per byte of payload, by collective (nccl-tests "bus bandwidth" factors).
+def bus_factor(name: str, n: int) -> float:
+    """Link traffic per rank divided by the payload size S, for a ring/tree implementation."""
+    n = max(int(n), 1)
+    lowered = name.lower().replace("_", "")
+    if n == 1:
+        return 1.0
+    if "allreduce" in lowered:
+        return 2.0 * (n - 1) / n
+    if any(k in lowered for k in ("allgather", "reducescatter", "alltoall", "all2all")):
+        return (n - 1) / n
+    return 1.0
+
+
+def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """Idle share of a pipeline flush: (P−1)/(P−1+v·M) for P stages, M micro-batches, v chunks per rank."""
+    p, m, v = max(int(stages), 1), max(int(microbatches), 1), max(int(virtual), 1)
+    return (p - 1) / (p - 1 + v * m)
+
+
+def ring_allreduce(coll: dict[str, Any]) -> str:
+    """Cost model of one collective next to its measured latency and bandwidth."""
+    n = int(coll.get("group_size") or 0)
+    name = str(coll.get("name") or "collective")
+    size = coll.get("bytes")
+    lat = coll.get("latency_us")
+    peak = coll.get("link_peak_gbps")
+    busbw = coll.get("busbw_gbps")
+    if not n or not size:
+        return (f"{name}: the trace does not record the group size or message size, so its bandwidth "
+                "cannot be compared with the link.")
+    f = bus_factor(name, n)
+    text = (f"In a ring, each of the {n} ranks of {name} pushes {f:.2f}× the message "
+            f"({nbytes(size)} → {nbytes(size * f)} per rank) through its link")
+    if "allreduce" in name.lower().replace("_", ""):
+        text += f", because reduce-scatter and all-gather each take N−1 = {n - 1} hops of S/N bytes, i.e. 2(N−1)/N = {f:.2f}"
+    text += ". "
+    if peak:
+        floor_us = size * f / (peak * 1e3)
+        text += f"At the {peak:.0f} GB/s link peak that is at least {ms(floor_us, 2)}"
+        if lat:
+            text += f"; it took {ms(lat, 2)} (median), "
+            if busbw:
+                text += f"a bus bandwidth of {busbw:.1f} GB/s = {100.0 * busbw / peak:.0f}% of the link."
+            else:
+                text += "bandwidth unknown."
+        else:
+            text += "."
+    elif busbw:
+        text += f"Measured bus bandwidth: {busbw:.1f} GB/s (link peak unknown)."
+    return text
+
+
+def link_cliff(collectives: list[dict[str, Any]]) -> str | None:
+    """The NVLink → network bandwidth drop, when the job has collectives on both kinds of link."""
+    nv = [c for c in collectives if c.get("link") == "nvlink" and c.get("busbw_gbps")]
+    net = [c for c in collectives if c.get("link") == "network" and c.get("busbw_gbps")]
+    if not nv or not net:
+        return None
+    bw_nv = max(c["busbw_gbps"] for c in nv)
+    bw_net = max(c["busbw_gbps"] for c in net)
+    peak_nv = max((c.get("link_peak_gbps") or 0) for c in nv) or None
+    peak_net = max((c.get("link_peak_gbps") or 0) for c in net) or None
+    ratio = bw_nv / bw_net if bw_net else None
+    text = (f"Collectives inside a node reached {bw_nv:.0f} GB/s over NVLink but only {bw_net:.0f} GB/s "
+            "once they crossed the network")
+    if ratio:
+        text += f" — {ratio:.0f}× slower"
+    if peak_nv and peak_net:
+        text += f" (link peaks {peak_nv:.0f} vs {peak_net:.0f} GB/s per GPU)"
+    text += (". Put the chattiest groups (tensor parallel, FSDP shards) inside a node and let only the "
+             "once-per-step gradient reduction cross nodes.")
+    return text
+
+
+def exposed_comm(exposed_us: float, step_us: float | None, overlap_pct: float | None) -> str:
+    """What exposed communication is and how much of this job's step it costs."""
+    share = f" ({pct(100.0 * exposed_us / step_us)} of a {ms(step_us)} step)" if step_us else ""
+    text = (f"Communication is only free while kernels run beside it. Here {ms(exposed_us)} per step of "
+            f"collective time had no compute kernel running at the same time{share}: the GPU sat waiting "
+            "for the network.")
+    if overlap_pct is not None:
+        text += (f" {pct(overlap_pct, 0)} of communication time was hidden under compute; the rest is exposed."
+                 " Exposed time includes waiting for a late rank, so fix stragglers first.")
+    return text
+
+
+def pipeline(p: dict[str, Any], step_us: float | None) -> str:
+    """Measured pipeline bubble against (P−1)/(P−1+M) and what more micro-batches or interleaving give."""
+    stages, mb = int(p.get("stages") or 0), int(p.get("microbatches") or 0)
+    measured = p.get("bubble_pct")
+    if stages < 2 or mb < 1:
+        return "A pipeline was detected but its stage or micro-batch count could not be read from the trace."
+    theory = 100.0 * bubble_fraction(stages, mb)
+    text = (f"With P = {stages} stages and M = {mb} micro-batches, each stage must wait for the pipeline to "
+            f"fill and drain: (P−1)/(P−1+M) = {stages - 1}/{stages - 1 + mb} = {theory:.1f}% of the step is idle "
+            f"even with perfect balance. Measured: {pct(measured)}")
+    if measured is not None and step_us:
+        text += f" ≈ {ms(measured / 100.0 * step_us)} per step"
+    text += ". "
+    if measured is not None and measured > theory + 5:
+        text += (f"The extra {measured - theory:.1f} points over theory come from unequal stages or slow "
+                 "point-to-point transfers, not from the schedule. ")
+    m2 = 100.0 * bubble_fraction(stages, 2 * mb)
+    m4 = 100.0 * bubble_fraction(stages, 4 * mb)
+    v2 = 100.0 * bubble_fraction(stages, mb, virtual=2)
+    text += (f"Doubling M to {2 * mb} would shrink the theoretical bubble to {m2:.1f}% ({4 * mb}: {m4:.1f}%); "
+             f"an interleaved schedule with 2 model chunks per rank would give {v2:.1f}% at the same M, "
+             "at the cost of more point-to-point messages.")
+    return text
+
+
+def roofline(r: dict[str, Any]) -> str:
+    """The ridge point of this device and where the hot operators sit relative to it."""
+    peak, bw, ridge = r.get("peak_tflops"), r.get("peak_gbps"), r.get("ridge_flop_per_byte")
+    if not peak or not bw:
+        return "The device's peak FLOP/s or memory bandwidth is unknown, so no roofline can be drawn."
+    ridge = ridge or peak * 1e12 / (bw * 1e9)
+    ops = r.get("ops") or []
+    mem = [o for o in ops if o.get("bound") == "memory"]
+    mem_time = sum(float(o.get("time_us") or 0) for o in mem)
+    all_time = sum(float(o.get("time_us") or 0) for o in ops)
+    text = (f"{r.get('device') or 'This GPU'} can do {peak:.0f} TFLOP/s ({r.get('precision') or 'dense'}) but "
+            f"read only {bw:.0f} GB/s from memory, so an operator needs at least {ridge:.0f} FLOPs per byte "
+            "(the ridge point) before compute, not memory, limits it.")
+    if ops and all_time:
+        text += (f" {len(mem)} of the {len(ops)} operators with known FLOPs sit left of the ridge; they take "
+                 f"{pct(100.0 * mem_time / all_time, 0)} of that operator time. Speeding them up means moving fewer "
+                 "bytes (fusion, lower precision), not faster math.")
+    return text
+
+
+def sm_efficiency(value: float | None, occupancy: float | None, num_sms: int | None) -> str:
+    """SM efficiency and occupancy, and why small grids waste the GPU."""
+    sms = f"{num_sms} SMs" if num_sms else "its SMs"
+    text = (f"SM efficiency is the share of time {sms} had at least one block to run; a kernel with fewer "
+            "blocks than SMs leaves the rest empty however long it runs. ")
+    if value is not None:
+        text += f"Measured: {pct(value)}. "
+    if occupancy is not None:
+        text += (f"Achieved occupancy ({pct(occupancy)}) is how full each busy SM was with warps; low occupancy "
+                 "hurts only memory-bound kernels that need many warps in flight to hide latency.")
+    return text
+
+
+def host_bound(host_us: float, step_us: float | None) -> str:
+    share = f" ({pct(100.0 * host_us / step_us)} of the step)" if step_us else ""
+    return (f"The GPU was idle for {ms(host_us)} per step{share} because the next kernel had not been launched "
+            "yet: Python and the CPU side of PyTorch could not issue work as fast as the GPU finished it. "
+            "Fewer, larger kernels (torch.compile, CUDA graphs, a bigger batch) or a faster input pipeline fix this.")
+
+
+def straggler(rank: int, blame_us: float, cause: str, step_us: float | None) -> str:
+    share = f" ({pct(100.0 * blame_us / step_us)} of the step)" if step_us else ""
+    why = {"gpu": "its own GPU work took longer (slower or throttled GPU, or more work on that rank)",
+           "host": "its CPU launched work late (data loading, Python overhead, another process on the host)"}.get(
+        cause, "the trace does not say whether its GPU or its host was slow")
+    return (f"A collective finishes only when its last member arrives, so every other rank waits for rank "
+            f"{rank}: about {ms(blame_us)} per step{share}. Rank {rank} arrived late because {why}.")
+
+
+def mfu(value: float | None, device: str | None) -> str:
+    if value is None:
+        return ("MFU (model FLOPs per step ÷ (peak FLOP/s × step time)) needs the model's FLOPs: pass --params "
+                "and --tokens-per-step, or record shapes so operator FLOPs can be counted.")
+    return (f"Model FLOPs utilisation: the model's useful arithmetic per step divided by what "
+            f"{device or 'the GPU'} could do at peak in that time = {pct(value)}. Large dense training runs "
+            "typically land between 35% and 55%; the findings above say where the rest went.")

@@ -1,0 +1,218 @@
+"""build_report on real and simulated traces: the JSON contract, numbers against ground truth,
+graceful degradation, and the `traceread report` command (exit codes, outputs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from traceread.analyze import NothingUsableError, ReportOptions, build_report
+from traceread.commands import report as report_cmd
+from traceread.reports import html, json_report
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir()) if SAMPLES.is_dir() else []
+
+
+def opts(**kw: object) -> ReportOptions:
+    return ReportOptions(workers=1, use_cache=False, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def ddp_straggler(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    from traceread.simulate import simulate
+
+    out = tmp_path_factory.mktemp("ddp_straggler")
+    truth = simulate("ddp", out, ranks=4, steps=3, stragglers=[(2, 3000.0, "gpu")])
+    return out, truth
+
+
+@pytest.fixture(scope="module")
+def ddp_report(ddp_straggler: tuple[Path, dict]) -> dict:
+    return build_report([ddp_straggler[0]], ReportOptions(workers=2, use_cache=False))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("folder", SAMPLE_DIRS, ids=[p.name for p in SAMPLE_DIRS])
+def test_schema_on_every_sample(folder: Path) -> None:
+    doc = build_report([folder], opts())
+    json_report.assert_valid(json.loads(json_report.to_json(doc)))
+    assert doc["ranks"], "every sample has readable ranks"
+    truth_file = folder / "truth.json"
+    if truth_file.is_file():
+        truth = json.loads(truth_file.read_text())
+        assert len(doc["ranks"]) == truth["world_size"]
+
+
+def test_schema_on_dlrm_8_ranks(shared_traces: Path) -> None:
+    doc = build_report([shared_traces / "param_dlrm_8rank"], ReportOptions(workers=2))
+    json_report.assert_valid(json.loads(json_report.to_json(doc)))
+    assert [r["rank"] for r in doc["ranks"]] == list(range(8))
+    for r in doc["ranks"]:
+        assert r["device"] == "Tesla V100-SXM2-32GB" and r["num_sms"] == 80
+        parts = r["compute_us"] + r["exposed_comm_us"] + r["exposed_memcpy_us"] + r["idle_us"]
+        assert parts == pytest.approx(r["window_us"], abs=1e-3)  # the breakdown identity
+        assert r["window_us"] == pytest.approx(sum(s["duration_us"] for s in r["steps"]))
+    names = {c["name"] for c in doc["collectives"]}
+    assert {"allreduce", "alltoall"} <= names
+    assert doc["findings"] and doc["findings"][0]["impact_us_per_step"] > 0
+    page = html.render_html(doc)
+    assert 'id="chart-breakdown"' in page and 'id="chart-heatmap"' in page
+
+
+def test_hang_sample_leads_with_the_hang() -> None:
+    folder = SAMPLES / "cpu_hang_gloo"
+    if not folder.is_dir():
+        pytest.skip("sample cpu_hang_gloo not present")
+    doc = build_report([folder], opts())
+    assert doc["hang"] is not None and doc["hang"]["missing_ranks"] == [1]
+    assert doc["findings"][0]["id"] == "hang"
+
+
+# ------------------------------------------------------------------------------- ground truth
+
+
+def test_breakdown_matches_simulator_truth(ddp_straggler: tuple[Path, dict], ddp_report: dict) -> None:
+    _, truth = ddp_straggler
+    json_report.assert_valid(ddp_report)
+    for r in ddp_report["ranks"]:
+        t = truth["ranks"][str(r["rank"])]
+        tol = 0.005 * t["window_us"]  # step edges are placed by the steps analysis, within 0.5 %
+        for key in ("window_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us"):
+            assert r[key] == pytest.approx(t[key], abs=tol), (r["rank"], key)
+        assert len(r["steps"]) == len(truth["steps"])
+
+
+def test_straggler_is_the_answer(ddp_straggler: tuple[Path, dict], ddp_report: dict) -> None:
+    _, truth = ddp_straggler
+    (expected,) = truth["stragglers"]
+    top = [s for s in ddp_report["stragglers"] if s.get("root", True)]
+    assert top[0]["rank"] == expected["rank"] == 2
+    assert top[0]["blame_us_per_step"] == pytest.approx(expected["blame_us_per_step"], rel=0.1)
+    f = next(f for f in ddp_report["findings"] if f["id"] == "straggler")
+    assert f["rank"] == 2 and "Rank 2" in f["title"]
+    assert f["impact_us_per_step"] == pytest.approx(expected["blame_us_per_step"], rel=0.1)
+    coll = ddp_report["collectives"][0]
+    assert coll["name"] == "allreduce" and coll["busbw_gbps"] and coll["link"] == "nvlink"
+
+
+# --------------------------------------------------------------------------- graceful degradation
+
+
+def test_failing_cross_rank_analysis_is_a_warning(monkeypatch: pytest.MonkeyPatch,
+                                                  ddp_straggler: tuple[Path, dict]) -> None:
+    from traceread.analysis import stragglers
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise RuntimeError("synthetic failure")
+
+    monkeypatch.setattr(stragglers, "attribute", boom)
+    doc = build_report([ddp_straggler[0]], opts())
+    json_report.assert_valid(doc)
+    assert doc["stragglers"] == [] and doc["straggler_heatmap"] is None
+    assert any(w.startswith("stragglers skipped: RuntimeError: synthetic failure") for w in doc["warnings"])
+    assert doc["collectives"]  # the other analyses still ran
+
+
+def test_failing_per_rank_analysis_is_a_warning(monkeypatch: pytest.MonkeyPatch,
+                                                ddp_straggler: tuple[Path, dict]) -> None:
+    from traceread.analysis import occupancy
+
+    monkeypatch.setattr(occupancy, "kernel_table", lambda *_a, **_k: 1 / 0)
+    doc = build_report([ddp_straggler[0]], opts())
+    json_report.assert_valid(doc)
+    assert doc["kernels"] == []
+    assert any("kernel table skipped: ZeroDivisionError" in w for w in doc["warnings"])
+    assert doc["ranks"][0]["compute_us"] is not None
+
+
+def test_corrupt_rank_is_reported_and_others_analysed(tmp_path: Path, ddp_straggler: tuple[Path, dict]) -> None:
+    src, _ = ddp_straggler
+    for f in src.glob("rank*.pt.trace.json.gz"):
+        shutil.copy(f, tmp_path / f.name)
+    bad = tmp_path / "rank3.pt.trace.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-8])
+    doc = build_report([tmp_path], opts())
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
+    assert any("rank3.pt.trace.json.gz" in w for w in doc["warnings"])
+    json_report.assert_valid(doc)
+
+
+def test_nothing_usable_errors(tmp_path: Path) -> None:
+    with pytest.raises(NothingUsableError) as e:
+        build_report([tmp_path], opts())
+    assert not e.value.bad_input
+    with pytest.raises(NothingUsableError) as e:
+        build_report([tmp_path / "missing"], opts())
+    assert e.value.bad_input
+
+
+# ------------------------------------------------------------------------------------ command
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(report_cmd.report, [str(tmp_path)]).exit_code == 3
+    assert runner.invoke(report_cmd.report, [str(tmp_path / "nope")]).exit_code == 2
+    bad = tmp_path / "rank0.pt.trace.json"
+    bad.write_text('{"not": "a trace"}')
+    res = runner.invoke(report_cmd.report, [str(bad), "--no-cache"])
+    assert res.exit_code == 2 and "rank0.pt.trace.json" in res.output
+    res = runner.invoke(report_cmd.report, [str(bad), "--params", "7e9"])
+    assert res.exit_code == 2 and "--tokens-per-step" in res.output
+
+
+def test_cli_help_has_examples() -> None:
+    res = CliRunner().invoke(report_cmd.report, ["--help"])
+    assert res.exit_code == 0
+    assert "Examples:" in res.output and "--format json" in res.output and "Exit codes" in res.output
+
+
+def test_cli_json_and_text(tmp_path: Path, ddp_straggler: tuple[Path, dict]) -> None:
+    runner = CliRunner()
+    res = runner.invoke(report_cmd.report, [str(ddp_straggler[0]), "--format", "json", "-j", "1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    json_report.assert_valid(doc)
+    out = tmp_path / "r.txt"
+    res = runner.invoke(report_cmd.report, [str(ddp_straggler[0]), "-o", str(out), "-j", "1"])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert text.splitlines()[1].startswith("ANSWER: ")
+    assert not list(ddp_straggler[0].glob("*.html"))  # -o given: nothing written beside the run
+
+
+def test_cli_default_writes_html_beside_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                ddp_straggler: tuple[Path, dict]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(ddp_straggler[0], run)
+    res = CliRunner().invoke(report_cmd.report, [str(run), "-j", "1"])
+    assert res.exit_code == 0, res.output
+    page = run / "traceread-report.html"
+    assert page.is_file() and str(page) in res.output.replace("\n", "")
+    assert any(line.startswith("ANSWER: ") for line in res.output.splitlines()[:4])
+    # a read-only run folder: the page goes to the current folder instead
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    real_access = report_cmd.os.access
+    monkeypatch.setattr(report_cmd.os, "access", lambda p, m: False if Path(p) == run else real_access(p, m))
+    assert report_cmd.default_html_path((str(run),)) == cwd / "traceread-report.html"
+
+
+def test_formula_mfu_from_params(ddp_straggler: tuple[Path, dict]) -> None:
+    from traceread.analysis.devices import resolve_device
+
+    n, d = 2e8, 32768.0
+    doc = build_report([ddp_straggler[0]], opts(params=n, tokens_per_step=d))
+    peak = resolve_device("NVIDIA H100 80GB HBM3", 132).peak("bf16")  # type: ignore[union-attr]
+    for r in doc["ranks"]:
+        step_s = r["window_us"] / len(r["steps"]) / 1e6
+        assert r["mfu_pct"] == pytest.approx(100.0 * 6 * n * d / 4 / (step_s * peak), rel=1e-6)

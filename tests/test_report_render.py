@@ -1,0 +1,237 @@
+"""Renderers and findings on a hand-built report that fills every section (no traces needed).
+
+The fixture's numbers are chosen so every finding's impact can be computed by hand (see
+tests/report_fixture.py); these tests check those numbers, the JSON contract, escaping of hostile
+trace-derived strings, and that empty sections say so instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import get_type_hints
+
+import pytest
+from report_fixture import EVIL, N_STEPS, full_report
+
+from traceread import report_schema as rs
+from traceread.reports import charts, explain, findings, html, json_report, terminal
+
+
+@pytest.fixture()
+def doc() -> dict:
+    d = full_report()
+    d["findings"] = findings.build_findings(d)
+    return d
+
+
+def by_id(doc: dict) -> dict[str, dict]:
+    return {f["id"]: f for f in doc["findings"]}
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+
+def test_stable_fields_exist_in_the_schema() -> None:
+    for name, fields in json_report.STABLE_FIELDS.items():
+        hints = get_type_hints(getattr(rs, name))
+        missing = [f for f in fields if f not in hints]
+        assert not missing, f"{name}: stable fields not in report_schema: {missing}"
+
+
+def test_fixture_is_valid_and_roundtrips(doc: dict) -> None:
+    json_report.assert_valid(doc)
+    back = json.loads(json_report.to_json(doc))
+    assert back["schema"] == "traceread.report/1"
+    json_report.assert_valid(back)
+    assert back["ranks"][2]["steps"][4]["duration_us"] == 140_000.0
+
+
+def test_validate_reports_each_kind_of_break(doc: dict) -> None:
+    bad = copy.deepcopy(doc)
+    del bad["ranks"][1]["exposed_comm_us"]
+    bad["collectives"][0]["count"] = "60"
+    bad["stragglers"][0]["rank"] = None
+    bad["schema"] = "traceread.report/2"
+    errs = json_report.validate(bad)
+    assert any("$.ranks[1]: missing stable field 'exposed_comm_us'" in e for e in errs)
+    assert any("$.collectives[0].count: expected an integer" in e for e in errs)
+    assert any("$.stragglers[0].rank" in e for e in errs)
+    assert any("$.schema" in e for e in errs)
+    assert json_report.validate(doc) == []
+
+
+def test_nan_becomes_null() -> None:
+    d = full_report()
+    d["ranks"][0]["mfu_pct"] = float("nan")
+    assert json.loads(json_report.to_json(d))["ranks"][0]["mfu_pct"] is None
+
+
+# --------------------------------------------------------------------------------------- findings
+
+
+def test_findings_impacts_match_hand_computation(doc: dict) -> None:
+    f = by_id(doc)
+    step = (5 * 100_000.0 + 140_000.0) / N_STEPS  # every rank's mean step
+    assert doc["findings"][0]["id"] == "hang"  # a hang always leads
+    assert f["hang"]["impact_pct"] == 100.0
+    assert f["straggler"]["impact_us_per_step"] == pytest.approx(8_000.0)
+    assert f["straggler"]["rank"] == 3
+    # median over ranks of exposed comm per step: ranks 0-2 have 12 ms, rank 3 4 ms
+    assert f["exposed_comm"]["impact_us_per_step"] == pytest.approx(12_000.0)
+    assert f["exposed_comm"]["collective"] == "allreduce"
+    assert f["pipeline_bubble"]["impact_us_per_step"] == pytest.approx(0.30 * step)
+    # host-bound idle = 60 % of idle: (5*10 ms + 50 ms) / 6 steps * 0.6
+    assert f["host_bound"]["impact_us_per_step"] == pytest.approx(0.6 * 100_000.0 / 6)
+    assert f["slow_steps"]["impact_us_per_step"] == pytest.approx(40_000.0 / 6)
+    assert f["memory_bound"]["impact_us_per_step"] == pytest.approx((48_000.0 + 6_000.0) / 6)
+    # SM time lost per step per rank: (7200 + 45000) / 4 ranks / 6 steps
+    assert f["low_sm_efficiency"]["impact_us_per_step"] == pytest.approx((7_200 + 45_000) / 4 / 6)
+    # network allgather at 15 of 50 GB/s: 70 % of 24 x 400 us over 6 steps
+    assert f["nccl_transport_fallback"]["impact_us_per_step"] == pytest.approx(0.7 * 400 * 24 / 6)
+    for x in doc["findings"]:
+        assert x["impact_pct"] == pytest.approx(100.0 * x["impact_us_per_step"] / step) or x["id"] == "hang"
+        assert x["explanation"] and x["suggestions"]
+    rest = [x["impact_us_per_step"] for x in doc["findings"][1:]]
+    assert rest == sorted(rest, reverse=True)
+
+
+def test_secondary_straggler_and_small_problems_are_not_findings(doc: dict) -> None:
+    ranks_blamed = [x.get("rank") for x in doc["findings"] if x["id"] == "straggler"]
+    assert ranks_blamed == [3]  # rank 1 only propagated the delay (root=False)
+    d = full_report()
+    for r in d["ranks"]:
+        r["exposed_comm_us"] = 100.0  # 17 us per step: far below 1 % of a 107 ms step
+    assert "exposed_comm" not in by_id({"findings": findings.build_findings(d)})
+
+
+def test_broken_section_becomes_a_warning_not_a_crash() -> None:
+    d = full_report()
+    d["stragglers"] = [{"rank": "three", "blame_us_per_step": "lots"}]
+    warned: list[str] = []
+    out = findings.build_findings(d, warn=warned.append)
+    assert any("stragglers" in w for w in warned)
+    assert {"hang", "exposed_comm"} <= {x["id"] for x in out}
+
+
+def test_comm_kernels_are_not_blamed_for_low_sm_efficiency() -> None:
+    d = full_report()
+    d["kernels"] = [{"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "calls": 10, "total_us": 9e6,
+                     "mean_us": 9e5, "blocks_per_sm": 0.1, "occupancy_pct": 1.0, "wave_efficiency_pct": 10.0,
+                     "sm_time_lost_us": 8e6, "ranks": 4}]
+    assert "low_sm_efficiency" not in by_id({"findings": findings.build_findings(d)})
+
+
+# ---------------------------------------------------------------------------------------- explain
+
+
+def test_explain_formulas() -> None:
+    assert explain.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert explain.bubble_fraction(16, 64) == pytest.approx(15 / 79)
+    assert explain.bubble_fraction(4, 8, virtual=2) == pytest.approx(3 / 19)
+    assert explain.bus_factor("allreduce", 8) == pytest.approx(1.75)
+    assert explain.bus_factor("all_gather", 8) == pytest.approx(0.875)
+    assert explain.bus_factor("send", 2) == 1.0
+    text = explain.ring_allreduce({"name": "allreduce", "group_size": 4, "bytes": 100e6, "latency_us": 2000.0,
+                                   "link_peak_gbps": 450.0, "busbw_gbps": 75.0})
+    assert "2(N−1)/N = 1.50" in text and "333 µs" in text and "17% of the link" in text
+    p = explain.pipeline({"stages": 4, "microbatches": 8, "bubble_pct": 30.0}, 100_000.0)
+    assert "27.3%" in p and "30.0%" in p and "15.8%" in p  # theory, measured, M doubled
+    assert "ridge" in explain.roofline(full_report()["roofline"])
+    assert "18" not in (explain.link_cliff([]) or "")
+
+
+# ---------------------------------------------------------------------------------------- terminal
+
+
+def test_text_summary_is_answer_first(doc: dict) -> None:
+    out = terminal.render_text(doc, top=5)
+    lines = out.splitlines()
+    assert lines[0].startswith("traceread report — 4 rank(s)")
+    assert lines[1].startswith("ANSWER: Job hung in allreduce")
+    assert lines[2].startswith("CHANGE: ")
+    assert EVIL in out  # shown literally
+    assert "showing the" not in out  # 4 ranks fit in --top 5
+    assert "Stragglers: rank 3 8.0 ms/step" in out
+
+
+def test_rich_does_not_interpret_markup_in_names() -> None:
+    d = full_report()
+    d["collectives"][0]["name"] = "[bold red]x[/bold red]"
+    d["findings"] = findings.build_findings(d)
+    out = terminal.render_text(d)
+    assert "[bold red]x[/bold red]" in out
+
+
+def test_many_ranks_are_summarised_in_the_terminal() -> None:
+    d = full_report()
+    base = d["ranks"][0]
+    d["ranks"] = [dict(copy.deepcopy(base), rank=r) for r in range(200)]
+    out = terminal.render_text(d, top=10)
+    assert "showing the 10 slowest of 200 ranks" in out
+
+
+# -------------------------------------------------------------------------------------------- HTML
+
+
+def test_html_escapes_trace_strings_everywhere(doc: dict) -> None:
+    page = html.render_html(doc)
+    assert EVIL not in page  # neither in the markup nor in the embedded figure JSON
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    fig_json = re.search(r'<script type="application/json" id="traceread-figures">(.*?)</script>', page, re.S)
+    assert fig_json is not None
+    assert "<" not in fig_json.group(1)
+    figs = json.loads(fig_json.group(1))
+    assert any("&lt;script&gt;" in json.dumps(f) for f in figs.values())  # chart labels entity-escaped
+
+
+def test_html_is_self_contained_with_plotly_once(doc: dict) -> None:
+    page = html.render_html(doc)
+    js = html.plotly_js()
+    assert page.count(js[:200]) == 1
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
+    assert "cdn.plot.ly" not in page.replace(js, "")
+
+
+def test_every_section_is_present_with_data(doc: dict) -> None:
+    page = html.render_html(doc)
+    for sec in ("findings", "breakdown", "timeline", "stragglers", "collectives", "roofline", "kernels",
+                "pipeline", "slow_steps", "nccl", "hang", "warnings"):
+        assert f'<section id="{sec}">' in page
+    for chart in ("breakdown", "timeline", "heatmap", "collectives", "roofline", "pipeline", "slow_steps"):
+        assert f'id="chart-{chart}"' in page
+    assert "data-nodata" not in page
+    assert "P = 4 stages and M = 8 micro-batches" in page
+    assert "2(N−1)/N" in page
+
+
+def test_sections_without_data_say_so() -> None:
+    d = full_report()
+    for key in ("collectives", "stragglers", "slow_steps", "kernels"):
+        d[key] = []
+    for key in ("pipeline", "hang", "roofline", "straggler_heatmap", "nccl"):
+        d[key] = None
+    d["ranks"] = d["ranks"][:1]
+    d["findings"] = findings.build_findings(d)
+    json_report.assert_valid(d)
+    page = html.render_html(d)
+    for key in ("heatmap", "collectives", "roofline", "pipeline", "kernels", "nccl", "hang"):
+        assert f'data-nodata="{key}"' in page, key
+    assert 'id="chart-breakdown"' in page
+
+
+def test_big_job_page_stays_small() -> None:
+    d = full_report()
+    base = d["ranks"][0]
+    d["ranks"] = [dict(copy.deepcopy(base), rank=r) for r in range(512)]
+    d["straggler_heatmap"] = {"ranks": list(range(512)), "steps": d["straggler_heatmap"]["steps"],
+                              "wait_us": [[100.0] * N_STEPS for _ in range(512)]}
+    d["findings"] = findings.build_findings(d)
+    page = html.render_html(d)
+    extra = len(page) - len(html.plotly_js())
+    assert extra < 2_500_000, extra
+    fig, _ = charts.timeline_figure(d)
+    lanes = {y for trace in fig["data"] for y in trace["y"]}
+    assert len(lanes) <= charts.MAX_LANES
+    assert "255 more" not in page and "256 faster ranks not listed" in page

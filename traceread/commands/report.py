@@ -1,0 +1,121 @@
+"""``traceread report``: analyse a run's traces and print/write the report.
+
+Default: a summary on the terminal (answer first) and the full HTML report written beside the run
+(``<folder>/traceread-report.html``, or in the current folder when the run folder is read-only).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+
+FORMATS = ("rich", "html", "text", "json")
+DEFAULT_NAME = "traceread-report.html"
+
+
+def default_html_path(paths: tuple[str, ...]) -> Path:
+    """``<run folder>/traceread-report.html``; the current folder when the run folder is read-only."""
+    first = Path(paths[0]) if paths else Path.cwd()
+    folder = first if first.is_dir() else first.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        folder = Path.cwd()
+    return folder / DEFAULT_NAME
+
+
+def _infer_format(fmt: str | None, output: str | None) -> str:
+    if fmt:
+        return fmt
+    if output:
+        suffix = Path(output).suffix.lower()
+        return {".json": "json", ".txt": "text", ".text": "text"}.get(suffix, "html")
+    return "rich"
+
+
+@click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+              help="Write the report here (format from --format or the file extension: .html, .json, .txt).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
+@click.option("--no-cache", is_flag=True, help="Re-parse every trace instead of using the parse cache.")
+@click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
+@click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
+@click.option("--device-spec", type=click.Path(exists=True, dir_okay=False),
+              help="JSON/TOML file with peak FLOP/s and bandwidth for GPUs the built-in table lacks.")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Rows per table in the terminal summary (findings, ranks, collectives).")
+@click.option("-j", "--workers", type=click.IntRange(1, 256), default=None,
+              help="Worker processes for reading ranks (default: one per CPU).")
+@click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
+def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
+           tokens_per_step: float | None, device_spec: str | None, top: int, workers: int | None,
+           no_html: bool) -> None:
+    """Say where each step's time goes, rank by rank, and what to change.
+
+    PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
+
+    \b
+    Examples:
+      traceread report runs/exp1                       # summary + runs/exp1/traceread-report.html
+      traceread report runs/exp1 -o exp1.html          # HTML where you want it
+      traceread report 'traces/rank*.json.gz' --format json -o report.json
+      traceread report runs/exp1 --format text --top 20
+      traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
+
+    \b
+    Exit codes: 0 report written (findings are not errors), 2 bad input (unreadable or
+    inconsistent traces, e.g. two runs mixed, or a path that does not exist), 3 no trace file
+    found under PATHS.
+    """
+    from rich.console import Console
+
+    from traceread.analyze import NothingUsableError, ReportOptions, build_report
+    from traceread.reports import html as html_mod
+    from traceread.reports import json_report, terminal
+
+    if (params is None) != (tokens_per_step is None):
+        raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
+    fmt = _infer_format(fmt, output)
+    opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
+                         tokens_per_step=tokens_per_step, device_spec=Path(device_spec) if device_spec else None)
+    try:
+        doc = build_report(list(paths), opts)
+    except NothingUsableError as exc:
+        click.echo(f"traceread: error: {exc}", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
+        return
+
+    if fmt == "json":
+        text = json_report.to_json(doc)
+        if output:
+            Path(output).write_text(text + "\n", encoding="utf-8")
+            click.echo(f"JSON report: {output}", err=True)
+        else:
+            click.echo(text)
+        return
+    if fmt == "text":
+        out = terminal.render_text(doc, top=top)
+        if output:
+            Path(output).write_text(out, encoding="utf-8")
+            click.echo(f"text report: {output}", err=True)
+        else:
+            click.echo(out, nl=False)
+        return
+
+    html_path: Path | None = None
+    if fmt == "html" or not no_html:
+        html_path = Path(output) if output else default_html_path(paths)
+        try:
+            html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
+        except OSError as exc:
+            if output:
+                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror})") from exc
+            html_path = Path.cwd() / DEFAULT_NAME
+            html_mod.write_html(doc, html_path)
+    console = Console(highlight=False)
+    terminal.render(doc, console, top=top, html_path=str(html_path) if html_path else None)
