@@ -1,0 +1,748 @@
+"""What ``traceread collect`` does inside each training rank, with no change to the training script.
+
+Loaded by the bootstrap ``sitecustomize.py`` at interpreter start. Self-contained (stdlib only; torch
+is touched only after the user's own ``import torch`` finished) so the job's interpreter does not need
+traceread installed. Every entry point catches everything: a failure here is logged to
+``RUN/inject/rank{R}.log`` and the job runs on untouched.
+
+What it installs, in a selected rank:
+
+* ``RUN/ranks/rank{R}.json``: host, pid, world layout, clock samples, torch/NCCL versions, device
+  (rewritten as more becomes known; the launcher merges these into ``RUN/run.json``).
+* a global optimizer-step post hook (``torch.optim.optimizer.register_optimizer_step_post_hook``):
+  writes the step count + wall time to ``RUN/progress/rank{R}`` (one ``pwrite`` per step, for the
+  launcher's hang watchdog) and drives ``torch.profiler`` with ``prof.step()``; the trace of each
+  finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz``.
+* ``faulthandler`` on fatal signals and on SIGUSR1 -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
+* a ``sigwait`` thread on SIGUSR2 (blocked in every other thread) that dumps all-thread stacks and the
+  Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then writes
+  ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+* a ``sys.excepthook`` that writes the torchelastic error file format to ``RUN/errors/rank{R}.json``
+  and to torchrun's ``TORCHELASTIC_ERROR_FILE`` (the zero-code equivalent of ``@record``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
+DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
+_AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
+
+
+class _State:
+    """Everything this module keeps for one rank process."""
+
+    def __init__(self, run_dir: str, config: dict[str, Any], rank: int) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self.rank = rank
+        self.fail = {f.strip() for f in os.environ.get("TRACEREAD_INJECT_FAIL", "").split(",") if f.strip()}
+        self.info: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.step = 0
+        self.driver: int | None = None  # id() of the optimizer whose steps count
+        self.progress_fd: int | None = None
+        self.stacks_file: Any = None
+        self.prof: Any = None
+        self.profile_selected = False
+        self.profile_done = False
+        self.cycles = 0
+        self.torch_ready = False
+        self.dist_described = False
+        self.hook_handle: Any = None
+        self.clock_thread: threading.Thread | None = None
+        self.hook_s = 0.0  # total time spent in our step hook (reported, to prove it is cheap)
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.run_dir, *parts)
+
+
+_STATE: _State | None = None
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _log(state: _State | None, msg: str) -> None:
+    """Append one line to ``RUN/inject/rank{R}.log``; never raises."""
+    try:
+        if state is None:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        with open(state.path("inject", f"rank{state.rank}.log"), "a", encoding="utf-8") as fh:
+            fh.write(f"{stamp}Z pid={os.getpid()} {msg}\n")
+    except Exception:
+        pass
+
+
+def _log_exc(state: _State | None, what: str) -> None:
+    _log(state, f"FAILED {what}: {traceback.format_exc().strip()}")
+
+
+def _atomic_write_json(path: str, obj: Any) -> None:
+    text = json.dumps(obj, indent=1, default=str)  # serialise first: a failure leaves no partial file
+    tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _clock_sample(label: str) -> dict[str, Any]:
+    """Wall and monotonic clocks read back to back: lets report map monotonic-based times to wall."""
+    t0 = time.time_ns()
+    mono = time.monotonic_ns()
+    t1 = time.time_ns()
+    return {"label": label, "time_ns": (t0 + t1) // 2, "monotonic_ns": mono, "read_ns": t1 - t0}
+
+
+def _fail_point(state: _State, name: str) -> None:
+    """Test knob: ``TRACEREAD_INJECT_FAIL=export,hook,dump,install,torch`` raises at that point."""
+    if name in state.fail:
+        raise RuntimeError(f"traceread injected failure at {name!r} (TRACEREAD_INJECT_FAIL)")
+
+
+def _is_agent() -> bool:
+    """True in torchrun's own agent process (it must stay untouched)."""
+    argv = list(getattr(sys, "orig_argv", []) or [])
+    for i, arg in enumerate(argv[:4]):
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in _AGENT_MODULES:
+            return True
+        if os.path.basename(arg) in ("torchrun",):
+            return True
+    return False
+
+
+def _select_rank() -> int | None:
+    """The global rank this process is, or None when traceread must not act here.
+
+    Acts when RANK (or OMPI_COMM_WORLD_RANK / PMI_RANK; LOCAL_RANK in a world of 1) is set — a rank
+    started by torchrun/srun/mpirun — or when this is the single process started directly by the
+    launcher (rank SLURM_PROCID or 0). Never in torchrun's agent, never in a
+    process started by a rank (dataloader/compile workers inherit ``TRACEREAD_INJECTED_PID``).
+    """
+    env = os.environ
+    if env.get("TRACEREAD_INJECTED_PID") or _is_agent():
+        return None
+    for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if env.get(key, "").strip().isdigit():
+            return int(env[key])
+    if env.get("LOCAL_RANK", "").strip().isdigit() and env.get("WORLD_SIZE", "1") == "1":
+        return int(env["LOCAL_RANK"])
+    if env.get("TRACEREAD_LAUNCHER_PID") == str(os.getppid()):  # `traceread collect -- python train.py`
+        task = env.get("SLURM_PROCID", "0")  # srun starting one launcher per task
+        return int(task) if task.isdigit() else 0
+    return None
+
+
+def _wanted(ranks: str, rank: int) -> bool:
+    if ranks.strip() in ("", "all", "*"):
+        return True
+    try:
+        return rank in {int(r) for r in ranks.split(",") if r.strip()}
+    except ValueError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------- install
+
+
+def install() -> None:
+    """Entry point from ``sitecustomize``: set everything up in a selected rank; never raises."""
+    global _STATE
+    state: _State | None = None
+    try:
+        run_dir = os.environ.get("TRACEREAD_RUN_DIR", "")
+        rank = _select_rank()
+        if not run_dir or rank is None:
+            return
+        config = json.loads(os.environ.get("TRACEREAD_CONFIG", "{}") or "{}")
+        state = _State(run_dir, config, rank)
+        os.environ["TRACEREAD_INJECTED_PID"] = str(os.getpid())
+        for sub in ("inject", "ranks", "progress", "stacks", "fr", "traces", "errors", "nccl"):
+            os.makedirs(state.path(sub), exist_ok=True)
+        _STATE = state
+        _log(state, f"install rank={rank} argv={getattr(sys, 'orig_argv', sys.argv)!r}")
+        _fail_point(state, "install")
+        _drop_legacy_env(state)
+        # without torchrun nobody sets it: then ``@record`` in the script also writes into RUN/errors
+        os.environ.setdefault("TORCHELASTIC_ERROR_FILE", state.path("errors", f"rank{rank}.json"))
+        _describe_process(state)
+        _write_rank_json(state)
+    except BaseException:
+        _log_exc(state, "install")
+        return
+    for name, fn in (
+        ("progress", _open_progress),
+        ("faulthandler", _install_faulthandler),
+        ("dump-thread", _install_dump_thread),
+        ("excepthook", _install_excepthook),
+        ("torch-import-hook", _install_torch_hook),
+    ):
+        try:
+            fn(state)
+        except BaseException:
+            _log_exc(state, name)
+    try:
+        atexit.register(_at_exit, state)
+    except BaseException:
+        _log_exc(state, "atexit")
+    _write_rank_json(state)
+
+
+def _describe_process(state: _State) -> None:
+    env = os.environ
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+            "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+            "CUDA_VISIBLE_DEVICES", "SLURM_PROCID", "SLURM_NODEID", "OMPI_COMM_WORLD_RANK",
+            "NCCL_DEBUG", "NCCL_DEBUG_FILE", "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "TORCHELASTIC_ERROR_FILE")
+    state.info.update({
+        "rank": state.rank,
+        "local_rank": int(env["LOCAL_RANK"]) if env.get("LOCAL_RANK", "").isdigit() else None,
+        "world_size": int(env["WORLD_SIZE"]) if env.get("WORLD_SIZE", "").isdigit() else None,
+        "local_world_size": int(env["LOCAL_WORLD_SIZE"]) if env.get("LOCAL_WORLD_SIZE", "").isdigit() else None,
+        "group_rank": int(env["GROUP_RANK"]) if env.get("GROUP_RANK", "").isdigit() else None,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "python": sys.version.split()[0],
+        "env": {k: env[k] for k in keys if k in env},
+        "clock": [_clock_sample("start")],
+        "signals": {},
+        "profiled": False,
+        "trace": None,
+        "steps": 0,
+        "inject_errors": [],
+    })
+
+
+def _drop_legacy_env(state: _State) -> None:
+    """Unset the legacy FR names traceread added when this torch reads the new ``TORCH_FR_*`` ones.
+
+    Both are exported by the launcher (it cannot know the job's torch); torch >= 2.8 warns about the
+    legacy names. The version comes from package metadata: torch itself is not imported here.
+    """
+    legacy = [k for k in os.environ.get("TRACEREAD_LEGACY_ENV", "").split(",") if k]
+    if not legacy:
+        return
+    from importlib import metadata
+
+    try:
+        major, minor = (int(x) for x in metadata.version("torch").split(".")[:2])
+    except Exception:
+        return
+    if (major, minor) >= (2, 8):
+        for key in legacy:
+            os.environ.pop(key, None)
+
+
+def _write_rank_json(state: _State) -> None:
+    try:
+        with state.lock:
+            info = dict(state.info)
+            info["steps"] = state.step
+            info["hook_overhead_ms"] = round(state.hook_s * 1e3, 3)
+        _atomic_write_json(state.path("ranks", f"rank{state.rank}.json"), info)
+    except BaseException:
+        _log_exc(state, "write ranks json")
+
+
+def _open_progress(state: _State) -> None:
+    state.progress_fd = os.open(state.path("progress", f"rank{state.rank}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    _write_progress(state)
+
+
+def _write_progress(state: _State) -> None:
+    """``"<step> <time_ns> <pid>"`` in fixed width at offset 0: one syscall, never a torn read."""
+    if state.progress_fd is not None:
+        os.pwrite(state.progress_fd, f"{state.step:>12d} {time.time_ns():>20d} {os.getpid():>10d}\n".encode(), 0)
+
+
+def _install_faulthandler(state: _State) -> None:
+    state.stacks_file = open(state.path("stacks", f"rank{state.rank}.txt"), "a", encoding="utf-8")
+    faulthandler.enable(file=state.stacks_file, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=state.stacks_file, all_threads=True, chain=False)
+    state.info["signals"]["stacks"] = STACK_SIGNAL.name
+
+
+def _install_dump_thread(state: _State) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("not on the main thread; cannot block the dump signal")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
+    thread = threading.Thread(target=_dump_loop, args=(state,), name="traceread-dump", daemon=True)
+    thread.start()
+    state.info["signals"]["dump"] = DUMP_SIGNAL.name
+
+
+_FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
+
+
+def _quiet_thread() -> None:
+    """Block asynchronous signals in a traceread thread so the kernel routes them to the job's threads.
+
+    Without this, a SIGTERM sent to the rank may land on our thread: its Python handler then waits
+    until the main thread next wakes up (e.g. the end of a ``time.sleep``). Fault signals stay open.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _FAULTS)
+
+
+def _dump_loop(state: _State) -> None:
+    try:
+        _quiet_thread()
+    except BaseException:
+        _log_exc(state, "dump thread signal mask")
+    while True:
+        try:
+            signal.sigwait({DUMP_SIGNAL})
+        except BaseException:
+            _log_exc(state, "sigwait")
+            return
+        try:
+            dump_now(state, reason="signal")
+        except BaseException:
+            _log_exc(state, "dump")
+
+
+def dump_now(state: _State, reason: str) -> dict[str, Any]:
+    """Write all-thread stacks and the Flight Recorder buffer(s), then the ack file the launcher waits for."""
+    started = time.time_ns()
+    ack: dict[str, Any] = {"rank": state.rank, "pid": os.getpid(), "reason": reason, "time_ns": started,
+                           "step": state.step, "stacks": None, "fr": [], "errors": []}
+    try:
+        _fail_point(state, "dump")
+        if state.stacks_file is not None:
+            state.stacks_file.write(f"\n=== traceread dump rank {state.rank} pid {os.getpid()} step {state.step} "
+                                    f"at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} ({reason}) ===\n")
+            state.stacks_file.flush()
+            try:
+                state.stacks_file.write(_format_other_threads())
+            except BaseException:
+                faulthandler.dump_traceback(file=state.stacks_file, all_threads=True)
+            state.stacks_file.flush()
+            ack["stacks"] = os.path.relpath(state.stacks_file.name, state.run_dir)
+    except BaseException as exc:
+        ack["errors"].append(f"stacks: {exc!r}")
+    try:
+        ack["fr"] = _dump_flight_recorder(state)
+    except BaseException as exc:
+        ack["errors"].append(f"fr: {exc!r}")
+    ack["elapsed_ms"] = round((time.time_ns() - started) / 1e6, 3)
+    _atomic_write_json(state.path("inject", f"rank{state.rank}.ack"), ack)
+    _log(state, f"dump ({reason}) wrote stacks={ack['stacks']} fr={ack['fr']} errors={ack['errors']}")
+    return ack
+
+
+def _format_other_threads() -> str:
+    """All threads but this dump thread, in faulthandler's exact text format (one parser for both).
+
+    faulthandler would list this thread as "Current thread"; it only shows traceread's own frames.
+    """
+    me = threading.get_ident()
+    main = threading.main_thread().ident
+    out = []
+    frames = sys._current_frames()
+    for ident in sorted(frames, key=lambda i: (i != main, i)):
+        if ident == me:
+            continue
+        out.append(f"Thread 0x{ident:016x} (most recent call first):\n")
+        frame, depth = frames[ident], 0
+        while frame is not None and depth < 100:
+            out.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno} in {frame.f_code.co_name}\n')
+            frame, depth = frame.f_back, depth + 1
+        out.append("\n")
+    return "".join(out)
+
+
+def _dump_flight_recorder(state: _State) -> list[str]:
+    """FR JSON from the NCCL recorder (CUDA builds) and/or the CPU (gloo) recorder; pickle fallback.
+
+    ``fr/rank{R}.json`` is the NCCL recorder when it has entries, else the CPU recorder; when both have
+    entries the CPU one also goes to ``fr/rank{R}.cpu.json``.
+    """
+    if "torch" not in sys.modules:
+        return []
+    c10d = getattr(sys.modules["torch"]._C, "_distributed_c10d", None)
+    if c10d is None:
+        return []
+    dumps: list[tuple[str, bytes, str]] = []  # (recorder, payload, ext)
+    for recorder, json_fn, pkl_fn in (("nccl", "_dump_nccl_trace_json", "_dump_nccl_trace"),
+                                      ("cpu", "_dump_fr_trace_json", "_dump_fr_trace")):
+        payload, ext = None, "json"
+        if hasattr(c10d, json_fn):
+            try:
+                payload = getattr(c10d, json_fn)(True, False)
+            except BaseException as exc:
+                _log(state, f"{json_fn} failed: {exc!r}")
+        if payload is None and hasattr(c10d, pkl_fn):
+            try:
+                payload, ext = getattr(c10d, pkl_fn)(True, True, False), "pkl"
+            except BaseException as exc:
+                _log(state, f"{pkl_fn} failed: {exc!r}")
+        if payload is not None:
+            if isinstance(payload, str):
+                payload = payload.encode()
+            dumps.append((recorder, bytes(payload), ext))
+    nonempty = [d for d in dumps if _has_entries(d[1], d[2])]
+    chosen = nonempty or dumps[-1:]
+    written = []
+    for i, (recorder, payload, ext) in enumerate(chosen):
+        name = f"rank{state.rank}.{ext}" if i == 0 else f"rank{state.rank}.{recorder}.{ext}"
+        path = state.path("fr", name)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, path)
+        written.append(os.path.relpath(path, state.run_dir))
+    return written
+
+
+def _has_entries(payload: bytes, ext: str) -> bool:
+    if ext == "json":
+        try:
+            return bool(json.loads(payload).get("entries"))
+        except Exception:
+            return False
+    return b"entries" in payload
+
+
+def _install_excepthook(state: _State) -> None:
+    previous = sys.excepthook
+
+    def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+        try:
+            _record_error(state, exc_type, exc, tb)
+        except BaseException:
+            _log_exc(state, "excepthook")
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+def _record_error(state: _State, exc_type: Any, exc: BaseException, tb: Any) -> None:
+    """torchelastic's error-file format (``ErrorHandler.record_exception``), so torchrun shows the traceback."""
+    doc = {"message": {"message": f"{exc_type.__name__}: {exc}",
+                       "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
+                                     "timestamp": str(int(time.time()))}}}
+    ours = state.path("errors", f"rank{state.rank}.json")
+    elastic = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if elastic and os.path.abspath(elastic) == os.path.abspath(ours) and os.path.exists(ours):
+        return  # ``@record`` already wrote it (same format, maybe more detail)
+    _atomic_write_json(ours, doc)
+    if elastic and not os.path.exists(elastic):
+        os.makedirs(os.path.dirname(elastic) or ".", exist_ok=True)
+        _atomic_write_json(elastic, doc)
+    _log(state, f"recorded uncaught {exc_type.__name__} to errors/rank{state.rank}.json")
+
+
+# ------------------------------------------------------------------------------ torch-side pieces
+
+
+class _TorchImportHook:
+    """Meta-path finder that runs ``_on_torch_imported`` right after the user's ``import torch``.
+
+    Importing torch ourselves at interpreter start would change the job (import order, start time);
+    waiting for the user's import changes nothing.
+    """
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)  # one shot; also avoids finding ourselves below
+        except ValueError:
+            pass
+        spec = None
+        for finder in list(sys.meta_path):  # whoever would have found torch (PathFinder, editable finders...)
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(name, path, target)
+            except Exception:
+                spec = None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            _log(self.state, "torch import not hooked (no standard loader); no profiling/progress in this rank")
+            return spec
+        loader = spec.loader
+        state = self.state
+
+        class _Loader:
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                try:
+                    loader.exec_module(module)
+                finally:  # leave no trace of the wrapper on torch itself
+                    module.__loader__ = loader
+                    if getattr(module, "__spec__", None) is not None:
+                        module.__spec__.loader = loader
+                _on_torch_imported(state)
+
+            def __getattr__(self, item: str) -> Any:
+                return getattr(loader, item)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _install_torch_hook(state: _State) -> None:
+    if "torch" in sys.modules:  # a chained sitecustomize imported it already
+        _on_torch_imported(state)
+    else:
+        sys.meta_path.insert(0, _TorchImportHook(state))
+
+
+def _on_torch_imported(state: _State) -> None:
+    try:
+        _fail_point(state, "torch")
+        torch = sys.modules["torch"]
+        state.info["torch"] = str(torch.__version__)
+        state.info["clock"].append(_clock_sample("torch_imported"))
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        state.hook_handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: _on_step(state, opt))
+        state.torch_ready = True
+        state.profile_selected = bool(state.config.get("profile", True)) and _wanted(
+            str(state.config.get("ranks", "all")), state.rank)
+        _log(state, f"torch {torch.__version__} imported; optimizer-step hook installed; profile={state.profile_selected}")
+        _write_rank_json(state)
+    except BaseException:
+        _log_exc(state, "torch import hook")
+
+
+def _on_step(state: _State, opt: Any) -> None:
+    """Global optimizer-step post hook: progress, profiler schedule. Catches everything."""
+    t0 = time.perf_counter()
+    try:
+        if state.driver is None:
+            state.driver = id(opt)
+        elif id(opt) != state.driver:
+            return  # several optimizers: the first one that stepped defines "a step"
+        state.step += 1
+        _write_progress(state)
+        _fail_point(state, "hook")
+        if state.step == 1:
+            state.info["clock"].append(_clock_sample("first_step"))
+        if not state.dist_described:
+            _describe_torch(state)
+        if state.profile_selected and not state.profile_done:
+            _drive_profiler(state)
+    except BaseException:
+        state.profile_done = True
+        _log_exc(state, f"step hook (step {state.step}); profiling disabled for this rank")
+        _stop_profiler(state)
+    finally:
+        state.hook_s += time.perf_counter() - t0
+
+
+def _describe_torch(state: _State) -> None:
+    """Versions, device and process-group layout, once ``torch.distributed`` is initialised."""
+    torch = sys.modules["torch"]
+    info = state.info
+    try:
+        if torch.cuda.is_available():
+            ver = torch.cuda.nccl.version()  # tuple in torch >= 1.13, int (e.g. 2708) before
+            info["nccl"] = ".".join(map(str, ver)) if isinstance(ver, tuple) else str(ver)
+        else:
+            info["nccl"] = None
+    except BaseException:
+        info["nccl"] = None
+    try:
+        if torch.cuda.is_available():
+            dev = torch.cuda.current_device()
+            prop = torch.cuda.get_device_properties(dev)
+            info["device"] = {"type": "cuda", "index": dev, "name": prop.name,
+                              "capability": f"{prop.major}.{prop.minor}", "memory_bytes": prop.total_memory,
+                              "sm_count": prop.multi_processor_count, "count": torch.cuda.device_count(),
+                              "cuda": torch.version.cuda}
+        else:
+            info["device"] = {"type": "cpu", "name": "cpu", "count": os.cpu_count()}
+    except BaseException as exc:
+        info["device"] = {"type": "unknown", "error": repr(exc)}
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        info["dist"] = {"backend": str(dist.get_backend()), "rank": dist.get_rank(),
+                        "world_size": dist.get_world_size()}
+        state.dist_described = True
+        if state.config.get("clock_sync", True):
+            _start_clock_sync(state, dist.get_rank(), dist.get_world_size())
+    elif state.step >= 3:
+        state.dist_described = True  # a non-distributed job: stop asking
+    _write_rank_json(state)
+
+
+def _start_clock_sync(state: _State, rank: int, world: int) -> None:
+    """Measure this rank's clock offset to rank 0 in a background thread (see ``_clock_sync``)."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if world < 2 or not addr or not port.isdigit():
+        return
+    state.clock_thread = threading.Thread(target=_clock_sync, args=(state, addr, int(port), rank, world),
+                                          name="traceread-clock", daemon=True)
+    state.clock_thread.start()
+
+
+def _clock_sync(state: _State, addr: str, port: int, rank: int, world: int, rounds: int = 4) -> None:
+    """NTP-style offset to rank 0 through the job's TCPStore, on a separate client connection.
+
+    Rank r: ``t0``; set ``ping``; get ``pong`` (= rank 0's ``time_ns`` when it answered); ``t1``.
+    Rank 0's clock read lies in [t0, t1], so ``offset = pong - (t0 + t1) / 2`` with
+    ``uncertainty = (t1 - t0) / 2`` holds whatever the network delays; the best of ``rounds`` is kept.
+    Add ``offset_ns`` to this rank's wall-clock times to get rank 0's clock. Nothing here touches the
+    job's process groups or store client; the blocking calls release the GIL.
+    """
+    try:
+        _quiet_thread()
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        store = TCPStore(addr, port, is_master=False, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=120))
+        env = os.environ
+        prefix = f"traceread/clock/{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        if rank == 0:
+            answered = 0
+            for r in range(1, world):
+                try:
+                    for i in range(rounds):
+                        store.wait([f"{prefix}{r}/ping{i}"])
+                        store.set(f"{prefix}{r}/pong{i}", str(time.time_ns()))
+                    answered += 1
+                except Exception as exc:
+                    _log(state, f"clock sync: rank {r} did not ping ({exc!r}); skipped")
+            result = {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0, "answered": answered}
+        else:
+            best: tuple[int, int] | None = None
+            for i in range(rounds):
+                t0 = time.time_ns()
+                store.set(f"{prefix}{rank}/ping{i}", "1")
+                remote = int(store.get(f"{prefix}{rank}/pong{i}"))
+                t1 = time.time_ns()
+                sample = (remote - (t0 + t1) // 2, (t1 - t0) // 2)
+                if best is None or sample[1] < best[1]:
+                    best = sample
+            for i in range(rounds):
+                for key in (f"{prefix}{rank}/ping{i}", f"{prefix}{rank}/pong{i}"):
+                    store.delete_key(key)
+            assert best is not None
+            result = {"offset_ns": best[0], "uncertainty_ns": best[1], "reference_rank": 0, "rounds": rounds}
+        result["method"] = "TCPStore ping-pong with rank 0"
+        state.info["clock_sync"] = result
+        _log(state, f"clock sync: {result}")
+        _write_rank_json(state)
+    except BaseException:
+        _log_exc(state, "clock sync")
+
+
+def _drive_profiler(state: _State) -> None:
+    """Start the profiler at the end of optimizer step 1, then ``prof.step()`` at each later step.
+
+    Windows are bounded: after ``repeat`` cycles the profiler is stopped and the hook costs nothing.
+    """
+    cfg = state.config
+    if state.prof is None:
+        import torch
+
+        if torch.autograd._profiler_enabled():
+            state.profile_done = True  # the script runs its own profiler: never fight it
+            _log(state, "a profiler is already active in this process; traceread does not profile")
+            return
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        repeat = int(cfg.get("repeat", 1))
+        state.prof = profile(
+            activities=activities,
+            schedule=schedule(wait=int(cfg.get("wait", 1)), warmup=int(cfg.get("warmup", 1)),
+                              active=int(cfg.get("active", 2)), repeat=repeat),
+            on_trace_ready=lambda prof: _export(state, prof),
+            record_shapes=bool(cfg.get("record_shapes", True)),
+            with_stack=bool(cfg.get("with_stack", False)),
+            profile_memory=bool(cfg.get("profile_memory", False)),
+        )
+        state.prof.start()
+        state.info["profiled"] = True
+        state.info["profile_start_step"] = state.step
+        _log(state, f"profiler started after optimizer step {state.step}: {cfg}")
+        return
+    state.prof.step()
+    repeat = int(cfg.get("repeat", 1))
+    if repeat > 0 and state.cycles >= repeat:
+        _stop_profiler(state)
+        state.profile_done = True
+
+
+def _stop_profiler(state: _State) -> None:
+    prof, state.prof = state.prof, None
+    if prof is None:
+        return
+    try:
+        prof.on_trace_ready = None  # a partial cycle at stop is not exported
+        prof.stop()
+    except BaseException:
+        _log_exc(state, "profiler stop")
+
+
+def _export(state: _State, prof: Any) -> None:
+    """on_trace_ready: Kineto JSON -> gzip -> ``os.replace`` into ``traces/rank{R}.pt.trace.json.gz``."""
+    state.cycles += 1
+    t0 = time.perf_counter()
+    tmp_json = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.json")
+    tmp_gz = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.gz")
+    final = state.path("traces", f"rank{state.rank}.pt.trace.json.gz")
+    try:
+        _fail_point(state, "export")
+        prof.export_chrome_trace(tmp_json)
+        with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=4) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp_gz, final)
+        state.info["trace"] = os.path.relpath(final, state.run_dir)
+        last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
+        state.info["profiler_steps"] = list(range(last - int(state.config.get("active", 2)) + 1, last + 1))
+        _log(state, f"trace cycle {state.cycles} written to {state.info['trace']} "
+                    f"in {time.perf_counter() - t0:.3f} s")
+    except BaseException as exc:
+        state.info["inject_errors"].append(f"export: {exc!r}")
+        _log_exc(state, "trace export")
+    finally:
+        for tmp in (tmp_json, tmp_gz):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        _write_rank_json(state)
+
+
+def _at_exit(state: _State) -> None:
+    try:
+        state.info["clock"].append(_clock_sample("exit"))
+        _stop_profiler(state)
+        if state.clock_thread is not None:
+            state.clock_thread.join(2.0)  # a short job may end before the offset exchange finished
+        _write_rank_json(state)
+        _log(state, f"exit after {state.step} optimizer steps; hook overhead {state.hook_s * 1e3:.2f} ms")
+    except BaseException:
+        pass

@@ -1,0 +1,136 @@
+"""``RUN/run.json``: one document describing the collected job, built from the per-rank files.
+
+Ranks write ``ranks/rank{R}.json`` themselves (host, pid, versions, device, clock samples); the launcher
+merges them here at the end with the command, exit code, times and options. With per-host layout
+(``RUN/<host>/...``) every host's launcher writes ``RUN/<host>/run.json`` and then re-merges all of them
+into ``RUN/run.json`` (atomic replace; the last host to finish sees everyone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+RUN_JSON_VERSION = 1
+
+# Clock model recorded with every run (see docs/collect.md, "Clocks").
+SAME_HOST_CLOCK = ("offsets_us[r] is added to rank r's wall-clock times to express them on rank 0's clock. "
+                   "Ranks on rank 0's host share its CLOCK_REALTIME: 0 +- 0. Other hosts: NTP-style "
+                   "ping-pong through the job's TCPStore at the first step (best of 4, uncertainty = half "
+                   "the round trip); unknown (null) when it could not run. 'measured' lists every rank's "
+                   "measurement, same-host ones included (a check: they should be ~0).")
+
+
+def iso(ns: int) -> str:
+    """UTC ISO-8601 with milliseconds, for humans reading run.json."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9)) + f".{(ns // 1_000_000) % 1000:03d}Z"
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when missing/partial (a rank may die mid-write)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Atomic write (temp file + ``os.replace``) so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_ranks(host_dir: Path) -> dict[int, dict[str, Any]]:
+    """``ranks/rank{R}.json`` under ``host_dir`` keyed by rank."""
+    out: dict[int, dict[str, Any]] = {}
+    for path in sorted((host_dir / "ranks").glob("rank*.json")):
+        doc = read_json(path)
+        if doc is not None and isinstance(doc.get("rank"), int):
+            out[doc["rank"]] = doc
+    return out
+
+
+def world_layout(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """World size and which global ranks ran on which host (with local rank and pid)."""
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    for r, info in sorted(ranks.items()):
+        nodes.setdefault(str(info.get("host")), []).append(
+            {"rank": r, "local_rank": info.get("local_rank"), "pid": info.get("pid")})
+    sizes = {info.get("world_size") for info in ranks.values() if info.get("world_size")}
+    return {"world_size": max(sizes) if sizes else (len(ranks) or None),
+            "ranks_seen": sorted(ranks), "nodes": nodes}
+
+
+def clock_offsets(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Per-rank offset to rank 0's wall clock in µs (add it to the rank's times) and its uncertainty.
+
+    Same host as rank 0: 0 ± 0 (one CLOCK_REALTIME). Other hosts: the rank's TCPStore ping-pong
+    measurement (``clock_sync`` in its rank file) when it ran, else 0 with unknown (None) uncertainty.
+    """
+    ref = ranks.get(0) or (next(iter(ranks.values())) if ranks else {})
+    offsets: dict[str, float] = {}
+    unc: dict[str, float | None] = {}
+    measured: dict[str, dict[str, float]] = {}
+    for r, info in sorted(ranks.items()):
+        sync = info.get("clock_sync") or {}
+        if "offset_ns" in sync and "uncertainty_ns" in sync:
+            measured[str(r)] = {"offset_us": sync["offset_ns"] / 1e3, "uncertainty_us": sync["uncertainty_ns"] / 1e3}
+        if info.get("host") == ref.get("host"):
+            offsets[str(r)], unc[str(r)] = 0.0, 0.0
+        elif str(r) in measured:
+            offsets[str(r)], unc[str(r)] = measured[str(r)]["offset_us"], measured[str(r)]["uncertainty_us"]
+        else:
+            offsets[str(r)], unc[str(r)] = 0.0, None
+    return {"method": "same host: shared CLOCK_REALTIME; other hosts: TCPStore ping-pong with rank 0",
+            "note": SAME_HOST_CLOCK, "offsets_us": offsets, "uncertainty_us": unc, "measured": measured}
+
+
+def build_run_json(host_dir: Path, base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` (command, exit code, times, options...) plus the merged rank files of this host."""
+    ranks = read_ranks(host_dir)
+    doc = {"version": RUN_JSON_VERSION, **base}
+    doc["host"] = socket.gethostname()
+    doc["hosts"] = sorted({str(i.get("host")) for i in ranks.values()} | {doc["host"]})
+    doc["world"] = world_layout(ranks)
+    doc["ranks"] = {str(r): info for r, info in sorted(ranks.items())}
+    doc["clock"] = clock_offsets(ranks)
+    versions = {i.get("torch") for i in ranks.values() if i.get("torch")}
+    doc["torch"] = sorted(versions)[0] if len(versions) == 1 else sorted(versions) or None
+    nccl = {i.get("nccl") for i in ranks.values() if i.get("nccl")}
+    doc["nccl"] = sorted(nccl)[0] if len(nccl) == 1 else sorted(nccl) or None
+    return doc
+
+
+def merge_host_runs(run_root: Path) -> dict[str, Any] | None:
+    """Merge ``RUN/<host>/run.json`` files into ``RUN/run.json`` (per-host layout). Returns the merged doc."""
+    docs = [d for d in (read_json(p) for p in sorted(run_root.glob("*/run.json"))) if d]
+    if not docs:
+        return None
+    merged: dict[str, Any] = {"version": RUN_JSON_VERSION, "layout": "per-host",
+                              "command": docs[0].get("command"), "options": docs[0].get("options")}
+    ranks: dict[str, Any] = {}
+    per_host: dict[str, Any] = {}
+    for d in docs:
+        ranks.update(d.get("ranks") or {})
+        per_host[str(d.get("host"))] = {k: d.get(k) for k in ("exit_code", "start_time", "end_time", "start_ns",
+                                                                "end_ns", "hang", "dir")}
+    codes = [d.get("exit_code") for d in docs if d.get("exit_code")]
+    merged["exit_code"] = codes[0] if codes else 0
+    merged["start_ns"] = min(d.get("start_ns") or 0 for d in docs)
+    merged["end_ns"] = max(d.get("end_ns") or 0 for d in docs)
+    merged["start_time"], merged["end_time"] = iso(merged["start_ns"]), iso(merged["end_ns"])
+    merged["hosts"] = sorted(per_host)
+    merged["per_host"] = per_host
+    int_ranks = {int(r): v for r, v in ranks.items()}
+    merged["world"] = world_layout(int_ranks)
+    merged["ranks"] = {str(r): v for r, v in sorted(int_ranks.items())}
+    merged["clock"] = clock_offsets(int_ranks)
+    write_json(run_root / "run.json", merged)
+    return merged

@@ -1,0 +1,148 @@
+"""End-to-end: ``traceread collect`` around real 2-rank torchrun jobs on CPU (gloo).
+
+Each test launches ``python -m torch.distributed.run --nproc-per-node 2`` on a free port with the tiny
+job ``tests/jobs/ddp_train.py`` (which knows nothing about traceread) and checks the RUN folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+JOB = Path(__file__).resolve().parent / "jobs" / "ddp_train.py"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def collect(run: Path, job_args: list[str], collect_args: list[str] = (), env: dict[str, str] | None = None,
+            timeout: float = 90) -> subprocess.CompletedProcess:
+    """``traceread collect -o run [collect_args] -- python -m torch.distributed.run ... ddp_train.py job_args``."""
+    cmd = [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), *collect_args, "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "--monitor-interval", "0.5", str(JOB), *job_args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
+    full_env.update({"OMP_NUM_THREADS": "1"}, **(env or {}))
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def load_trace(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def annotation_us(trace: dict, name: str) -> float:
+    return sum(e.get("dur", 0) for e in trace["traceEvents"] if e.get("name") == name)
+
+
+def test_ddp_run_traces_every_rank(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "6"], ["--hang-timeout", "60"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "step 5 loss" in res.stdout  # streamed through
+    assert "step 5 loss" in (run / "launcher.log").read_text()  # and copied
+    doc = json.loads((run / "run.json").read_text())
+    assert doc["exit_code"] == 0 and doc["world"]["world_size"] == 2 and sorted(doc["ranks"]) == ["0", "1"]
+    for r in (0, 1):
+        info = doc["ranks"][str(r)]
+        assert info["steps"] == 6 and info["dist"] == {"backend": "gloo", "rank": r, "world_size": 2}
+        assert info["torch"].startswith("2.") and info["device"]["type"] == "cpu"
+        env = info["env"]  # what the worker saw, after torchrun
+        assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"  # torchrun would have set 1
+        assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(run.resolve() / "fr" / "rank")
+        assert env["NCCL_DEBUG"] == "INFO" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env  # legacy dropped on 2.13
+        assert "torchelastic" in env["TORCHELASTIC_ERROR_FILE"]  # torchrun's own, left alone
+        trace = load_trace(run / "traces" / f"rank{r}.pt.trace.json.gz")
+        steps = sorted(e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+        assert steps == ["ProfilerStep#2", "ProfilerStep#3"] == [f"ProfilerStep#{s}" for s in info["profiler_steps"]]
+        assert trace["distributedInfo"]["rank"] == r and trace["distributedInfo"]["world_size"] == 2
+        assert annotation_us(trace, "gloo:all_reduce") > 0
+        assert any(e.get("name") == "aten::addmm" and e.get("args", {}).get("Input Dims") for e in trace["traceEvents"])
+        assert not (run / "inject" / f"rank{r}.log").read_text().count("FAILED")
+    # clock offset measured through the TCPStore: same host, so the truth (0) lies within the bound
+    sync = doc["ranks"]["1"]["clock_sync"]
+    assert abs(sync["offset_ns"]) <= sync["uncertainty_ns"] < 50_000_000
+    assert doc["clock"]["offsets_us"] == {"0": 0.0, "1": 0.0}
+    assert not list((run / "traces").glob(".*"))  # no temp files left
+    assert not list((run / "stacks").glob("*"))  # empty placeholders removed
+    try:
+        from traceread.reader import read_traces
+    except ImportError:
+        return
+    ts = read_traces([run / "traces"], use_cache=False)
+    assert [rt.rank for rt in ts.ranks] == [0, 1]
+
+
+def test_straggler_rank_waits_show_in_traces(tmp_path: Path) -> None:
+    """Also exercises the per-host layout that srun/mpirun per-node launches use (RUN/<host>/...)."""
+    root = tmp_path / "run"
+    res = collect(root, ["--steps", "6", "--sleep-rank", "1", "--sleep-s", "0.15"],
+                  ["--hang-timeout", "60", "--layout", "per-host"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = root / socket.gethostname()
+    merged = json.loads((root / "run.json").read_text())
+    assert merged["layout"] == "per-host" and merged["hosts"] == [socket.gethostname()]
+    assert sorted(merged["ranks"]) == ["0", "1"] and merged["exit_code"] == 0
+    t0, t1 = (load_trace(run / "traces" / f"rank{r}.pt.trace.json.gz") for r in (0, 1))
+    # rank 0 waits for sleepy rank 1 inside the DDP gradient all_reduce: >= most of 2 x 150 ms more
+    wait0 = annotation_us(t0, "gloo:all_reduce") - annotation_us(t1, "gloo:all_reduce")
+    assert wait0 > 0.5 * 2 * 150_000, wait0
+
+
+def test_hang_detected_dumped_and_killed(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "50", "--hang-rank", "1", "--hang-step", "3"],
+                  ["--hang-timeout", "4", "--on-hang", "kill", "--dump-grace", "5"])
+    assert res.returncode != 0
+    assert "HANG: no optimizer step" in res.stderr
+    hang = json.loads((run / "hang.json").read_text())
+    assert hang["answered_ranks"] == [0, 1] and hang["action"] == "kill" and hang["timeout_s"] == 4.0
+    assert hang["last_step_per_rank"] == {"0": 4, "1": 4}
+    s0 = (run / "stacks" / "rank0.txt").read_text()
+    s1 = (run / "stacks" / "rank1.txt").read_text()
+    assert "in all_reduce" in s0  # the victim waits in the collective
+    culprit_line = next(i for i, l in enumerate(JOB.read_text().splitlines(), 1) if "traceread-test: culprit line" in l)
+    assert f'ddp_train.py", line {culprit_line} in stuck_in_data_loading' in s1
+    fr = [json.loads((run / "fr" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    enq = [int(d["pg_status"]["0"]["last_enqueued_collective"]) for d in fr]
+    assert enq[0] == enq[1] + 1  # rank 1 never issued the all_reduce rank 0 waits in
+    doc = json.loads((run / "run.json").read_text())
+    assert doc["hang"]["answered_ranks"] == [0, 1] and doc["exit_code"] == res.returncode
+
+
+def test_crash_exit_code_and_error_file(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "6", "--crash-rank", "1", "--crash-step", "2"], ["--hang-timeout", "60", "--ranks", "1"])
+    assert res.returncode == 1  # torchrun's own exit code for a failed worker, unchanged
+    err = json.loads((run / "errors" / "rank1.json").read_text())
+    assert err["message"]["message"] == "ValueError: boom at step 2"
+    assert "ddp_train.py" in err["message"]["extraInfo"]["py_callstack"]
+    assert "ValueError: boom at step 2" in res.stderr  # torchrun read the same error file
+    doc = json.loads((run / "run.json").read_text())
+    assert doc["exit_code"] == 1
+    assert doc["ranks"]["1"]["profiled"] and not doc["ranks"]["0"]["profiled"]  # --ranks 1
+
+
+def test_export_failure_leaves_training_untouched(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "6"], ["--hang-timeout", "60"], env={"TRACEREAD_INJECT_FAIL": "export"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "step 5 loss" in res.stdout
+    assert not list((run / "traces").glob("*"))
+    for r in (0, 1):
+        assert "FAILED trace export" in (run / "inject" / f"rank{r}.log").read_text()
+        info = json.loads((run / "ranks" / f"rank{r}.json").read_text())
+        assert info["steps"] == 6 and info["inject_errors"]

@@ -1,0 +1,104 @@
+"""``traceread collect``: wrap a training command, unchanged, and collect traces, logs and hang dumps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from traceread.errors import TraceReadError
+
+
+def _timeout(value: str | None) -> float | None:
+    if value is None or value.strip().lower() in ("", "auto"):
+        return None
+    try:
+        out = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number of seconds or 'auto'") from None
+    if out <= 0:
+        raise click.BadParameter("must be > 0")
+    return out
+
+
+def _ranks(value: str) -> str:
+    value = value.strip()
+    if value in ("all", "*"):
+        return "all"
+    try:
+        return ",".join(str(int(r)) for r in value.split(",") if r.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use 'all' or a comma list such as 0,3") from None
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                                 "help_option_names": ["-h", "--help"]})
+@click.option("-o", "--output", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="RUN folder to write (created; shared folder with several hosts -> RUN/<host>/).")
+@click.option("--wait", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: steps skipped.")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: warm-up steps.")
+@click.option("--active", default=2, show_default=True, type=click.IntRange(1), help="Profiler schedule: recorded steps.")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
+              help="Profiler cycles; each finished cycle replaces traces/rank{R}.pt.trace.json.gz.")
+@click.option("--ranks", default="all", show_default=True, help="Ranks to profile: 'all' or e.g. 0,3.")
+@click.option("--record-shapes/--no-record-shapes", default=True, show_default=True)
+@click.option("--with-stack/--no-with-stack", default=False, show_default=True, help="Python stacks per op (slower).")
+@click.option("--profile-memory/--no-profile-memory", default=False, show_default=True)
+@click.option("--no-profile", is_flag=True, help="Keep hang watchdog/logs/FR but do not run the profiler.")
+@click.option("--no-inject", is_flag=True, help="Do not inject into ranks (env + logs only; no traces, no dumps).")
+@click.option("--hang-timeout", default=None, metavar="SECONDS|auto",
+              help="No optimizer step on any rank for this long = hang. Default auto: "
+                   "max(--hang-floor, --hang-factor x median step time).")
+@click.option("--hang-floor", default=300.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Lower bound of the automatic hang timeout, seconds.")
+@click.option("--hang-factor", default=10.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="Automatic hang timeout in median step times.")
+@click.option("--startup-timeout", default=None, type=click.FloatRange(min=0.1),
+              help="Also call it a hang when no rank finishes its FIRST step within this many seconds.")
+@click.option("--on-hang", type=click.Choice(["dump", "kill"]), default="dump", show_default=True,
+              help="dump: write stacks + Flight Recorder and keep running; kill: then terminate, exit non-zero.")
+@click.option("--dump-grace", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds to wait for ranks to answer a dump request.")
+@click.option("--layout", type=click.Choice(["auto", "flat", "per-host"]), default="auto", show_default=True,
+              help="per-host writes RUN/<host>/...; auto picks it under multi-node srun/mpirun.")
+@click.option("--fr-buffer", default=20000, show_default=True, type=click.IntRange(0),
+              help="Flight Recorder entries (TORCH_FR_BUFFER_SIZE) unless already set.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier run collected in the same folder.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, ranks: str, record_shapes: bool,
+            with_stack: bool, profile_memory: bool, no_profile: bool, no_inject: bool, hang_timeout: str | None,
+            hang_floor: float, hang_factor: float, startup_timeout: float | None, on_hang: str,
+            dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND unchanged and collect per-rank traces, NCCL logs, Flight Recorder and hang dumps.
+
+    Nothing in the training script changes: a sitecustomize on PYTHONPATH starts torch.profiler in
+    each rank (driven by optimizer steps), records progress for the hang watchdog, and answers dump
+    requests. Exits with COMMAND's exit code.
+
+    \b
+    Examples:
+      traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
+      traceread collect -o runs/exp1 --wait 5 --active 3 --ranks 0,7 -- python -m torch.distributed.run ...
+      traceread collect -o runs/hang --hang-timeout 120 --on-hang kill -- torchrun ... train.py
+      srun -N4 traceread collect -o /shared/runs/exp2 -- torchrun --nnodes 4 ... train.py
+      kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now
+      traceread report runs/exp1 ; traceread hang runs/hang
+    """
+    from traceread.collectors.launcher import CollectOptions, run_collect
+
+    cmd = list(command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise click.UsageError("give the command to run after --, e.g. traceread collect -o RUN -- torchrun ...")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise TraceReadError("exists and is not a folder", str(run_dir))
+    opts = CollectOptions(
+        run_dir=run_dir, command=cmd, wait=wait, warmup=warmup, active=active, repeat=repeat, ranks=_ranks(ranks),
+        record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory, profile=not no_profile,
+        inject=not no_inject, hang_timeout_s=_timeout(hang_timeout), hang_floor_s=hang_floor,
+        hang_factor=hang_factor, startup_timeout_s=startup_timeout, on_hang=on_hang, dump_grace_s=dump_grace,
+        layout=layout, fr_buffer=fr_buffer, overwrite=overwrite,
+    )
+    sys.exit(run_collect(opts))
