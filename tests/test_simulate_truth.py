@@ -175,17 +175,42 @@ def test_collective_ends_are_simultaneous_and_transfer_is_min_duration(ddp_gpu_s
 def test_mfu_and_model_flops_from_ops(tmp_path: Path) -> None:
     truth = simulate("ddp", tmp_path, ranks=2, **SMALL)
     r0 = truth["ranks"]["0"]
-    model = sum(o["flops"] * o["calls"] for o in truth["ops"] if o["matmul"]) / len(truth["steps"])
-    assert r0["model_flops_per_step"] == pytest.approx(model, rel=1e-12)
+    n_steps = len(truth["steps"])
+    model = sum(o["model_flops"] * o["calls"] for o in truth["ops"] if o["matmul"]) / n_steps
+    hw = sum(o["flops"] * o["calls"] for o in truth["ops"] if o["matmul"]) / n_steps
+    assert r0["model_flops_per_step"] == model and r0["hardware_flops_per_step"] == hw and hw > model
+    assert sum(s["model_flops"] for s in r0["steps"]) == model * n_steps
     mean_step_s = sum(s["duration_us"] for s in r0["steps"]) / len(r0["steps"]) / 1e6
     assert r0["mfu_pct"] == pytest.approx(100 * model / (mean_step_s * 989.4e12), rel=1e-9)
+    assert r0["hfu_pct"] == pytest.approx(100 * hw / (mean_step_s * 989.4e12), rel=1e-9)
+    for st in r0["steps"]:
+        assert st["mfu_pct"] == pytest.approx(100 * st["model_flops"] / (st["duration_us"] * 1e-6 * 989.4e12),
+                                              rel=1e-9)
     mm = [o for o in truth["ops"] if o["name"] == "aten::mm"]
     for o in mm:
         (m, k), (k2, n) = o["input_dims"]
-        assert k == k2 and o["flops"] == 2 * m * n * k and o["bytes"] == 2 * (m * k + k * n + m * n)
+        assert k == k2 and o["flops"] == o["model_flops"] == 2 * m * n * k
+        assert o["bytes"] == 2 * (m * k + k * n + m * n)
     (fa,) = [o for o in truth["ops"] if o["name"] == "aten::_scaled_dot_product_flash_attention"]
     b, h, s, d = fa["input_dims"][0]
-    assert fa["flops"] == 4 * b * h * s * s * d // 2  # causal
+    pairs = s * (s + 1) // 2  # causal: query i attends keys 0..i
+    assert fa["flops"] == fa["model_flops"] == 4 * b * h * pairs * d
+    (fb,) = [o for o in truth["ops"] if o["name"] == "aten::_scaled_dot_product_flash_attention_backward"]
+    assert (fb["flops"], fb["model_flops"]) == (10 * b * h * pairs * d, 8 * b * h * pairs * d)
+    assert fb["bytes"] == 2 * 8 * b * h * s * d + 4 * b * h * s  # + fp32 logsumexp
+    (ln,) = [o for o in truth["ops"] if o["name"] == "aten::native_layer_norm"]
+    (m, c), _, _ = ln["input_dims"]
+    assert (ln["flops"], ln["bytes"]) == (7 * m * c, 2 * (2 * m * c + 2 * c) + 8 * m)
+    assert not any(o["matmul"] for o in truth["ops"] if "norm" in o["name"] or "gelu" in o["name"])
+
+
+def test_causal_pairs_row_by_row() -> None:
+    from traceread.simulate.layers import causal_pairs
+
+    assert causal_pairs(4, 4) == 1 + 2 + 3 + 4
+    assert causal_pairs(2, 5) == 4 + 5  # bottom-right: the last query sees every key
+    assert causal_pairs(5, 2) == 0 + 0 + 0 + 1 + 2
+    assert causal_pairs(512, 512) == 512 * 513 // 2
 
 
 def test_slow_steps_truth(tmp_path: Path) -> None:

@@ -2,46 +2,95 @@
 
 Each emitter opens the cpu_op tree PyTorch records (``aten::linear`` > ``aten::t`` +
 ``aten::addmm`` > ``cudaLaunchKernel``), launches kernels named like the real cuBLAS/flash/ATen
-kernels of the device, and registers an :class:`OpRecord` for the *leaf* op with exact FLOPs and
-bytes from the shapes it recorded. FLOP and byte formulas (bf16, 2 bytes per element):
+kernels of the device, and registers a :class:`LeafOp` for the *leaf* op with exact FLOPs and
+bytes from the shapes it recorded. The formulas follow the conventions documented in
+``traceread.analysis.flops`` (torch's ``FlopCounterMode`` / TraceLens) but are computed here, from
+the simulator's own shapes, so that the truth stays independent of the analysis code.
+FLOPs count multiply and add separately; bytes are the minimal HBM traffic (every tensor input read
+once, every output written once; bf16 = 2 bytes, fp32 statistics = 4). Per op (tensor inputs as
+recorded), FLOPs; bytes:
 
-====================================================  =================================  ======================================
-op (recorded ``Input Dims``)                          FLOPs                              bytes
-====================================================  =================================  ======================================
-``aten::mm`` [M,K] x [K,N]                            2·M·N·K                            2·(M·K + K·N + M·N)
-``aten::addmm`` bias [N], [M,K] x [K,N]               2·M·N·K (bias add not counted,     2·(M·K + K·N + M·N + N)
-                                                      as torch's flop counter)
-``aten::_scaled_dot_product_flash_attention``         4·B·H·N²·d, halved when causal     2·4·B·H·N·d (Q, K, V, O)
-  q, k, v [B,H,N,d]                                   (2 matmuls QKᵀ and PV)
-``..._flash_attention_backward``                      10·B·H·N²·d, halved when causal    2·8·B·H·N·d (Q,K,V,O,dO read;
-                                                      (5 matmuls incl. QKᵀ recompute)    dQ,dK,dV written)
-``aten::native_layer_norm`` x [M,C]                   5·M·C                              2·(2·M·C + 2·C)
-``aten::native_layer_norm_backward``                  8·M·C                              2·(3·M·C + 3·C)
-``aten::add_`` / ``aten::add`` [n] + [n]              n                                  2·3·n
-``aten::gelu`` [n]                                    8·n                                2·2·n
-``aten::gelu_backward`` [n], [n]                      12·n                               2·3·n
-``aten::sum`` [M,N] over dim 0 (bias grad)            M·N                                2·(M·N + N)
-``aten::_fused_adamw_`` P params                      12·P                               16·P (bf16 p,g; fp32 m,v)
-====================================================  =================================  ======================================
+* ``aten::mm`` [M,K] x [K,N]: 2·M·N·K; 2·(M·K + K·N + M·N).
+* ``aten::addmm`` bias [N], [M,K] x [K,N]: 2·M·N·K (the bias add is not counted, as in torch's flop
+  counter); 2·(M·K + K·N + M·N + N).
+* ``aten::_scaled_dot_product_flash_attention`` q, k, v [B,H,N,d]: 4·B·H·P·d (QKᵀ and PV over the
+  P attended query-key pairs; causal P = N(N+1)/2, else N²); 2·4·B·H·N·d (Q, K, V read, O written).
+* ``aten::_scaled_dot_product_flash_attention_backward`` dO, q, k, v, out [B,H,N,d], logsumexp
+  [B,H,N] fp32: hardware 10·B·H·P·d (QKᵀ recompute + dV, dP, dQ, dK), model 8·B·H·P·d (2× forward);
+  2·8·B·H·N·d + 4·B·H·N (dO, Q, K, V, O, logsumexp read; dQ, dK, dV written).
+* ``aten::native_layer_norm`` x [M,C], γ, β [C]: 7·M·C (5 per element + 1 per affine tensor);
+  2·(2·M·C + 2·C) + 8·M (fp32 mean and rstd written per row).
+* ``aten::native_layer_norm_backward`` dY, x [M,C], mean, rstd [M,1] fp32, γ, β [C]: 14·M·C
+  (2× forward); 2·(3·M·C + 4·C) + 8·M (dY, x, mean, rstd, γ, β read; dx, dγ, dβ written).
+* ``aten::add_`` [n] + [n], ``aten::gelu`` [n], ``aten::gelu_backward`` [n], [n], ``aten::div`` [n]:
+  n (an activation counts 1 per element, as in TraceLens); 2·3·n, 2·2·n, 2·3·n, 2·2·n.
+* ``aten::sum`` [M,N] over dim 0 (bias grad) / ``aten::mean`` [M,C] (loss): 1 per input element;
+  2·(M·N + N) / 2·(M·C + 1).
+* ``aten::_fused_adamw_`` on P params: 12·P; 16·P (bf16 p, g; fp32 m, v).
 
-Only the matmul class (mm, addmm, attention fwd/bwd) counts in model FLOPs / MFU, following torch's
-``FlopCounterMode`` (elementwise, norm and optimizer FLOPs are reported per op but not in MFU).
-Kernel times come from a simple roofline: ``max(F / (eff_c·peak), B / (eff_m·BW)) + launch tail``.
+Causal attention counts the (query, key) pairs the flash kernel computes: with its bottom-right
+aligned mask query i sees keys j ≤ i + N_kv − N_q, N(N+1)/2 pairs when N_q = N_kv = N.
+
+Model FLOPs / MFU count only the matrix-unit ops (mm, addmm, flash attention forward and backward),
+as traceread's trace MFU and the 6·N·D convention do; the flash backward's recompute of QKᵀ is
+hardware work (HFU), not model work. Elementwise, norm, reduction and optimizer FLOPs are reported
+per op but not in MFU. ``aten::_fused_adamw_`` records TensorList inputs without shapes, so its
+numbers exist only in the truth (traceread has no formula for it).
+Kernel times come from a simple roofline on the hardware FLOPs:
+``max(F / (eff_c·peak), B / (eff_m·BW)) + launch tail``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 
 from traceread.simulate.schedule import GpuOp, KernelSpec, OpRecord, RankCtx
 
 BF16 = "c10::BFloat16"
+FP32 = "float"
+U64 = "long unsigned int"  # how the profiler names a torch.uint64 tensor (flash rng state)
 BPE = 2
 COMPUTE_STREAM = 7
+LN_EPS = "1.0000000000000001e-05"  # 1e-5 as the profiler prints a double
 
 
 def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
+
+
+@dataclass(eq=False)
+class LeafOp(OpRecord):
+    """An :class:`OpRecord` that also knows its model FLOPs (what MFU credits; = ``flops`` except for
+    the flash-attention backward, whose recompute of QKᵀ is hardware work only)."""
+
+    model_flops: int = 0
+
+
+@lru_cache(maxsize=None)
+def causal_pairs(n_q: int, n_kv: int) -> int:
+    """(query, key) pairs one head computes under FlashAttention's bottom-right causal mask.
+
+    Counted row by row: query ``i`` sees keys ``0 .. i + n_kv − n_q`` (none when that is negative).
+    """
+    return sum(min(n_kv, max(0, i + n_kv - n_q + 1)) for i in range(n_q))
+
+
+def attention_pairs(n_q: int, n_kv: int, causal: bool) -> int:
+    return causal_pairs(n_q, n_kv) if causal else n_q * n_kv
+
+
+def flash_fwd_flops(b: int, h: int, pairs: int, d: int) -> int:
+    """QKᵀ and PV: 2 matmuls of 2·P·d FLOPs per head."""
+    return 2 * 2 * b * h * pairs * d
+
+
+def flash_bwd_flops(b: int, h: int, pairs: int, d: int) -> tuple[int, int]:
+    """(hardware, model): the kernel recomputes QKᵀ, then dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q
+    (5 matmuls); the model count leaves the recompute out (4 matmuls, 2× forward)."""
+    per_matmul = 2 * b * h * pairs * d
+    return 5 * per_matmul, 4 * per_matmul
 
 
 class Emitter:
@@ -81,8 +130,11 @@ class Emitter:
         return KernelSpec(name, self._roofline_ns(flops, nbytes, 0.3, 0.82, 1_800), grid, (128, 1, 1), 26, 0)
 
     # ---- recording -------------------------------------------------------------------------
-    def _rec(self, name: str, dims: list[list[int]], flops: int, nbytes: int, matmul: bool, formula: str) -> OpRecord:
-        rec = OpRecord(self.ctx.rank, self.ctx.step, name, dims, "bf16", flops, nbytes, matmul, formula)
+    def _rec(self, name: str, dims: list[list[int]], flops: int, nbytes: int, matmul: bool, formula: str,
+             model_flops: int | None = None) -> LeafOp:
+        """Register a leaf op; ``dims`` are its tensor inputs as recorded (non-tensor args left out)."""
+        rec = LeafOp(self.ctx.rank, self.ctx.step, name, dims, "bf16", flops, nbytes, matmul, formula,
+                     model_flops=flops if model_flops is None else model_flops)
         self.ctx.ops.append(rec)
         return rec
 
@@ -116,20 +168,24 @@ class Emitter:
                                   rec=rec, phase=phase)
 
     def sdpa(self, b: int, h: int, s: int, d: int, *, causal: bool, seq: int, phase: str = "fwd") -> GpuOp:
-        """``aten::scaled_dot_product_attention`` dispatching to the flash kernel."""
+        """``aten::scaled_dot_product_attention`` (torch ≥ 2.5 records 8 args, ``enable_gqa`` last)
+        dispatching to the flash kernel; ``scale`` is left at None as most callers do."""
         ctx = self.ctx
         q = [b, h, s, d]
-        with ctx.op("aten::scaled_dot_product_attention", dims=[q, q, q, [], [], [], []],
-                    types=[BF16, BF16, BF16, "", "Scalar", "Scalar", ""],
-                    concrete=["", "", "", "", "0.", "True" if causal else "False", ""], seq=seq, pre=4_000):
+        flag = "True" if causal else "False"
+        with ctx.op("aten::scaled_dot_product_attention", dims=[q, q, q, [], [], [], [], []],
+                    types=[BF16, BF16, BF16, "", "Scalar", "Scalar", "", "Scalar"],
+                    concrete=["", "", "", "", "0.", flag, "", "False"], seq=seq, pre=4_000):
+            # (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
             dims = [q, q, q, [], [], [], []]
             with ctx.op("aten::_scaled_dot_product_flash_attention", dims=dims,
                         types=[BF16, BF16, BF16, "Scalar", "Scalar", "Scalar", ""],
-                        concrete=["", "", "", "0.", "True" if causal else "False", "False", ""], pre=6_000):
-                flops = 4 * b * h * s * s * d // (2 if causal else 1)
+                        concrete=["", "", "", "0.", flag, "False", ""], pre=6_000):
+                pairs = attention_pairs(s, s, causal)
+                flops = flash_fwd_flops(b, h, pairs, d)
                 nbytes = BPE * 4 * b * h * s * d
                 rec = self._rec("aten::_scaled_dot_product_flash_attention", [q, q, q], flops, nbytes, True,
-                                "4*B*H*Nq*Nkv*d" + (" / 2 (causal)" if causal else ""))
+                                "4*B*H*P*d, P = " + ("N(N+1)/2 (causal)" if causal else "N*N"))
                 spec = self._flash_spec(b, h, s, flops, nbytes, bwd=False)
                 return ctx.launch(spec, COMPUTE_STREAM, rec=rec, phase=phase)
 
@@ -149,13 +205,14 @@ class Emitter:
     def layer_norm(self, m: int, c: int, *, seq: int, phase: str = "fwd") -> GpuOp:
         ctx = self.ctx
         with ctx.op("aten::layer_norm", dims=[[m, c], [], [c], [c], [], []],
-                    types=[BF16, "", BF16, BF16, "Scalar", "Scalar"], concrete=["", "", "", "", "1e-05", "True"],
-                    seq=seq):
+                    types=[BF16, "ScalarList", BF16, BF16, "Scalar", "Scalar"],
+                    concrete=["", f"[{c}]", "", "", LN_EPS, "True"], seq=seq):
             d = [[m, c], [], [c], [c], []]
-            with ctx.op("aten::native_layer_norm", dims=d, types=[BF16, "", BF16, BF16, "Scalar"],
-                        concrete=["", "", "", "", "1e-05"]):
-                flops, nbytes = 5 * m * c, BPE * (2 * m * c + 2 * c)
-                rec = self._rec("aten::native_layer_norm", [[m, c], [c], [c]], flops, nbytes, False, "5*M*C")
+            with ctx.op("aten::native_layer_norm", dims=d, types=[BF16, "ScalarList", BF16, BF16, "Scalar"],
+                        concrete=["", f"[{c}]", "", "", LN_EPS]):
+                # mean, centre, square, sum, scale by rstd + weight mul + bias add; fp32 mean/rstd per row
+                flops, nbytes = 7 * m * c, BPE * (2 * m * c + 2 * c) + 8 * m
+                rec = self._rec("aten::native_layer_norm", [[m, c], [c], [c]], flops, nbytes, False, "7*M*C")
                 name = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>"
                         "(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, "
                         "float*, c10::BFloat16*)")
@@ -174,11 +231,11 @@ class Emitter:
     def gelu(self, m: int, c: int, *, seq: int, phase: str = "fwd") -> GpuOp:
         ctx = self.ctx
         n = m * c
-        with ctx.op("aten::gelu", dims=[[m, c], []], types=[BF16, ""], concrete=["", "'none'"], seq=seq):
-            rec = self._rec("aten::gelu", [[m, c]], 8 * n, BPE * 2 * n, False, "8*n")
+        with ctx.op("aten::gelu", dims=[[m, c], []], types=[BF16, ""], concrete=["", ""], seq=seq):
+            rec = self._rec("aten::gelu", [[m, c]], n, BPE * 2 * n, False, "n")
             spec = self.elementwise_spec("at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
                                          "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::"
-                                         "{lambda(c10::BFloat16)#1}", n, 8 * n, BPE * 2 * n, arity=2)
+                                         "{lambda(c10::BFloat16)#1}", n, n, BPE * 2 * n, arity=2)
             return ctx.launch(spec, COMPUTE_STREAM, rec=rec, phase=phase)
 
     # ---- backward ops (autograd thread) ----------------------------------------------------------
@@ -206,7 +263,7 @@ class Emitter:
                 rec = self._rec("aten::mm", [[n, m], [m, k]], f, b, True, "2*M*N*K")
                 out.append(ctx.launch(self.gemm_spec(n, k, m, f, b, "nt"), COMPUTE_STREAM, rec=rec, phase=phase))
             if bias:
-                with ctx.op("aten::sum", dims=[[m, n], [], [], []], types=[BF16, "", "Scalar", ""],
+                with ctx.op("aten::sum", dims=[[m, n], [], [], []], types=[BF16, "ScalarList", "Scalar", ""],
                             concrete=["", "[0]", "True", ""]):
                     f, b = m * n, BPE * (m * n + n)
                     rec = self._rec("aten::sum", [[m, n]], f, b, False, "M*N")
@@ -222,28 +279,39 @@ class Emitter:
         return out
 
     def sdpa_backward(self, b: int, h: int, s: int, d: int, *, causal: bool, seq: int, phase: str = "bwd") -> GpuOp:
+        """``_scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
+        cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale)``
+        recorded as torch 2.x does for dense inputs: undefined cum_seq tensors, the max lengths and
+        the flags as ``Concrete Inputs``, the uint64 rng state ([2]) and its unused partner ([])."""
         ctx = self.ctx
         q = [b, h, s, d]
+        lse = [b, h, s]
         with self._bwd_node("ScaledDotProductFlashAttentionBackward0", seq):
-            dims = [q, q, q, q, q, [b, h, s], [], [], [], [], [], [], [], []]
-            types = [BF16, BF16, BF16, BF16, BF16, "float", "", "", "Scalar", "Scalar", "Scalar", "Scalar", "", ""]
-            with ctx.op("aten::_scaled_dot_product_flash_attention_backward", dims=dims, types=types, pre=6_000):
-                flops = 10 * b * h * s * s * d // (2 if causal else 1)
-                nbytes = BPE * 8 * b * h * s * d
-                rec = self._rec("aten::_scaled_dot_product_flash_attention_backward", [q, q, q, q, q], flops, nbytes,
-                                True, "10*B*H*Nq*Nkv*d" + (" / 2 (causal)" if causal else ""))
+            dims = [q, q, q, q, q, lse, [], [], [], [], [], [], [2], [], []]
+            types = [BF16, BF16, BF16, BF16, BF16, FP32, "", "", "Scalar", "Scalar", "Scalar", "Scalar", U64, U64, ""]
+            concrete = ["", "", "", "", "", "", "", "", str(s), str(s), "0.", "True" if causal else "False", "", "", ""]
+            with ctx.op("aten::_scaled_dot_product_flash_attention_backward", dims=dims, types=types,
+                        concrete=concrete, pre=6_000):
+                pairs = attention_pairs(s, s, causal)
+                flops, model = flash_bwd_flops(b, h, pairs, d)
+                nbytes = BPE * 8 * b * h * s * d + 4 * b * h * s
+                rec = self._rec("aten::_scaled_dot_product_flash_attention_backward", [q, q, q, q, q, lse], flops,
+                                nbytes, True, "10*B*H*P*d (model 8*B*H*P*d), P = "
+                                + ("N(N+1)/2 (causal)" if causal else "N*N"), model_flops=model)
                 return ctx.launch(self._flash_spec(b, h, s, flops, nbytes, bwd=True), COMPUTE_STREAM, rec=rec,
                                   phase=phase)
 
     def layer_norm_backward(self, m: int, c: int, *, seq: int, phase: str = "bwd") -> GpuOp:
         ctx = self.ctx
         with self._bwd_node("NativeLayerNormBackward0", seq):
+            # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
             d = [[m, c], [m, c], [], [m, 1], [m, 1], [c], [c], []]
             with ctx.op("aten::native_layer_norm_backward", dims=d,
-                        types=[BF16, BF16, "", "float", "float", BF16, BF16, ""]):
-                flops, nbytes = 8 * m * c, BPE * (3 * m * c + 3 * c)
-                rec = self._rec("aten::native_layer_norm_backward", [[m, c], [m, c], [c]], flops, nbytes, False,
-                                "8*M*C")
+                        types=[BF16, BF16, "ScalarList", FP32, FP32, BF16, BF16, "ScalarList"],
+                        concrete=["", "", f"[{c}]", "", "", "", "", "[True, True, True]"]):
+                flops, nbytes = 14 * m * c, BPE * (3 * m * c + 4 * c) + 8 * m
+                rec = self._rec("aten::native_layer_norm_backward", [[m, c], [m, c], [m, 1], [m, 1], [c], [c]],
+                                flops, nbytes, False, "14*M*C (2x forward)")
                 name = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, "
                         "float>(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, "
                         "c10::BFloat16 const*, c10::BFloat16*, int)")
@@ -255,12 +323,12 @@ class Emitter:
         n = m * c
         with self._bwd_node("GeluBackward0", seq):
             with ctx.op("aten::gelu_backward", dims=[[m, c], [m, c], []], types=[BF16, BF16, ""],
-                        concrete=["", "", "'none'"]):
-                rec = self._rec("aten::gelu_backward", [[m, c], [m, c]], 12 * n, BPE * 3 * n, False, "12*n")
+                        concrete=["", "", ""]):
+                rec = self._rec("aten::gelu_backward", [[m, c], [m, c]], n, BPE * 3 * n, False, "n")
                 spec = self.elementwise_spec("at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, "
                                              "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::"
                                              "operator()() const::{lambda(c10::BFloat16, c10::BFloat16)#1}",
-                                             n, 12 * n, BPE * 3 * n)
+                                             n, n, BPE * 3 * n)
                 return ctx.launch(spec, COMPUTE_STREAM, rec=rec, phase=phase)
 
     def add_backward(self, m: int, c: int, *, seq: int, phase: str = "bwd") -> GpuOp:

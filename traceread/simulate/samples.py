@@ -71,6 +71,19 @@ def _foreign_rows(root: Path) -> list[str]:
     return [rows[k] for k in sorted(rows)]
 
 
+def _foreign_sections(root: Path) -> list[str]:
+    """Sections other tools appended to the README (from its first ``## `` heading on), kept verbatim."""
+    old = root / "README.md"
+    if not old.is_file():
+        return []
+    lines = old.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("## ")), None)
+    if start is None:
+        return []
+    extra = lines[start:]
+    return extra + ([""] if extra and extra[-1] != "" else [])
+
+
 def readme(root: Path | None = None) -> str:
     """README of sample_traces/: one row per simulated folder, then rows kept for other folders."""
     lines = [
@@ -95,6 +108,8 @@ def readme(root: Path | None = None) -> str:
         "not a trace; point HTA at a folder holding only the `rank*.pt.trace.json.gz` files.",
         "",
     ]
+    if root is not None:
+        lines += _foreign_sections(root)
     return "\n".join(lines)
 
 

@@ -15,9 +15,12 @@ sweep, then is reported in µs on the trace clock of an unskewed rank (``ts`` in
 * achieved_occupancy_pct: mean of ``est. achieved occupancy %`` over kernels, weighted by duration;
 * steps: ``ProfilerStep#N`` windows (the host step; each step ends with a stream sync, so it also
   covers all GPU work launched in it); per-step numbers are the same unions clipped to the step;
-* model_flops_per_step = FLOPs of matmul-class ops (mm, addmm, flash attention fwd/bwd) launched by
-  the rank, divided by the number of steps; mfu_pct = 100·model_flops_per_step /
-  (mean step duration · dense bf16 peak of the device).
+* model_flops_per_step = model FLOPs of the matrix-unit ops (mm, addmm, flash attention fwd/bwd)
+  the rank launched, divided by the number of steps; mfu_pct = 100·model_flops_per_step /
+  (mean step duration · dense bf16 peak of the device). hardware_flops_per_step / hfu_pct: the same
+  with hardware FLOPs, which add the flash backward's recompute of QKᵀ (None when nothing is
+  recomputed). Per-op formulas: :mod:`traceread.simulate.layers` (traceread's FLOP conventions,
+  computed by the simulator from its own shapes).
 
 Collectives: arrival of a rank = start of its NCCL kernel; every member ends at
 ``max(arrivals) + transfer``; wait = max(arrivals) − arrival. Straggler blame: for every instance a
@@ -33,6 +36,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from traceread.simulate.layers import LeafOp
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -139,9 +143,13 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
     occ_den = sum((o.end - o.start) for o in ops if o.kind == "kernel" and o.stats)  # type: ignore
     steps = []
     windows = step_windows(ctx)
+    peak = built.sim.dev.peak_flops
+    matmul: list[LeafOp] = [r for r in ctx.ops if r.matmul]  # type: ignore[misc]
     for step in built.knobs.step_numbers():
         s, e = windows[step]
         sb = breakdown(clip(comp, s, e), clip(comm, s, e), clip(mem, s, e), e - s)
+        model_step = sum(r.model_flops for r in matmul if r.step == step)
+        hw_step = sum(r.flops for r in matmul if r.step == step)
         steps.append({
             "step": step,
             "start_us": _us(s, base_ns),
@@ -153,9 +161,14 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
             "exposed_memcpy_us": _us(sb["exposed_memcpy"]),
             "idle_us": _us(sb["idle"]),
             "sm_efficiency_pct": sm_efficiency(kern, s, e),  # type: ignore[arg-type]
+            "model_flops": model_step,
+            "hardware_flops": hw_step,
+            "mfu_pct": 100.0 * model_step / ((e - s) * 1e-9 * peak),
+            "hfu_pct": 100.0 * hw_step / ((e - s) * 1e-9 * peak) if hw_step != model_step else None,
         })
     n_steps = len(steps)
-    model_flops = sum(r.flops for r in ctx.ops if r.matmul) / n_steps
+    model_flops = sum(r.model_flops for r in matmul) / n_steps
+    hw_flops = sum(r.flops for r in matmul) / n_steps
     mean_step_s = statistics.fmean(st["duration_us"] for st in steps) / 1e6
     return {
         "window_us": _us(b["window"]),
@@ -171,7 +184,9 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
         "sm_efficiency_pct": sm_efficiency(kern, lo, hi),  # type: ignore[arg-type]
         "achieved_occupancy_pct": occ_num / occ_den if occ_den else 0.0,
         "model_flops_per_step": model_flops,
-        "mfu_pct": 100.0 * model_flops / (mean_step_s * built.sim.dev.peak_flops),
+        "mfu_pct": 100.0 * model_flops / (mean_step_s * peak),
+        "hardware_flops_per_step": hw_flops,
+        "hfu_pct": 100.0 * hw_flops / (mean_step_s * peak) if hw_flops != model_flops else None,
         "kernels": sum(1 for o in ops if o.kind == "kernel"),
         "memcpys": sum(1 for o in ops if o.kind == "memcpy"),
         "nccl_kernels": sum(1 for o in ops if o.cls == "comm"),
@@ -250,7 +265,8 @@ def pipeline_truth(built: Built) -> dict[str, Any] | None:
 
 
 def ops_truth(ctx: RankCtx) -> list[dict[str, Any]]:
-    """Leaf ops of one rank grouped by (name, shapes): FLOPs/bytes per call, mean kernel busy time per call."""
+    """Leaf ops of one rank grouped by (name, tensor shapes): hardware/model FLOPs and bytes per call, mean
+    kernel busy time per call."""
     groups: dict[tuple[str, str], list[Any]] = {}
     for rec in ctx.ops:
         groups.setdefault((rec.name, json.dumps(rec.input_dims)), []).append(rec)
@@ -264,6 +280,7 @@ def ops_truth(ctx: RankCtx) -> list[dict[str, Any]]:
             "dtype": r0.dtype,
             "calls": len(recs),
             "flops": r0.flops,
+            "model_flops": r0.model_flops,
             "bytes": r0.nbytes,
             "time_us": _us(sum(times) / len(times)),
             "total_time_us": _us(sum(times)),
