@@ -238,30 +238,56 @@ def test_clockmodel_json() -> None:
     assert c.to_json()["offsets_us"] == {"0": 0.0, "1": 3.0}
 
 
-def _gloo_rank(rank: int, late: float) -> RankTrace:
-    """A gloo CPU trace: two worker threads (different tids per rank, as in real traces) each run
-    ``gloo:all_reduce`` spans; the main thread holds the step. ``late`` delays rank's spans."""
+def _gloo_rank(rank: int, late: float, pg_config: list[dict] | None = None) -> RankTrace:
+    """A gloo CPU trace as ProcessGroupGloo writes it: the main thread (tid 1) issues six
+    ``c10d::allreduce_`` ops (alternately small and large, as DDP's loss and gradient all-reduces),
+    the pool of two worker threads (different tids per rank) runs them as ``gloo:all_reduce`` spans.
+    Which worker picks up which collective is a race: here rank r's k-th runs on worker (k·(r+1)) % 3 % 2,
+    so the thread <-> collective pairing differs between ranks. ``late`` delays the rank's issues."""
     rows = [dict(row=0, cat="user_annotation", name="ProfilerStep#3", tid=1, ts=0.0, dur=5000.0, end=5000.0, depth=0)]
     tids = (100 + rank, 200 + rank)
-    for k in range(3):
-        for lane, tid in enumerate(tids):
-            ts = 1000.0 * k + 100.0 * lane + late
-            end = 1000.0 * k + 100.0 * lane + 500.0
-            rows.append(dict(row=len(rows), cat="user_annotation", name="gloo:all_reduce", tid=tid, ts=ts,
-                             dur=end - ts, end=end, depth=0))
+    for k in range(6):
+        issue = 800.0 * k + 100.0 + late
+        dims = "[[[1]], [], [], [], [], []]" if k % 2 == 0 else "[[[2632]], [], [], [], [], []]"
+        rows.append(dict(row=len(rows), cat="cpu_op", name="c10d::allreduce_", tid=1, ts=issue, dur=20.0,
+                         end=issue + 20.0, depth=1, parent=0, input_dims=dims))
+        ts, end = issue + 30.0, 800.0 * k + 600.0  # everyone leaves together once the last arrived
+        rows.append(dict(row=len(rows), cat="user_annotation", name="gloo:all_reduce", tid=tids[k * (rank + 1) % 3 % 2],
+                         ts=ts, dur=end - ts, end=end, depth=0))
     host = pl.DataFrame(rows, schema=HOST_SCHEMA)
     steps = pl.DataFrame([dict(step=3, ts=0.0, dur=5000.0, end=5000.0, tid=1)], schema=STEP_SCHEMA)
-    return RankTrace(rank, f"g{rank}.json", RankMeta(rank=rank, backend="gloo"), empty_frame(GPU_SCHEMA), host,
-                     steps, empty_frame(FLOW_SCHEMA))
+    meta = RankMeta(rank=rank, backend="gloo", pg_config=pg_config or [])
+    return RankTrace(rank, f"g{rank}.json", meta, empty_frame(GPU_SCHEMA), host, steps, empty_frame(FLOW_SCHEMA))
 
 
-def test_gloo_cpu_spans_matched_per_thread_lane() -> None:
+def test_gloo_worker_pool_matched_in_start_order() -> None:
+    """The k-th gloo span of a rank (any worker thread) is its k-th collective: the pool's queue is FIFO."""
     ex = [comm_events(_gloo_rank(r, 300.0 if r == 1 else 0.0)) for r in range(3)]
-    assert set(ex[0]["backend"]) == {"gloo"} and sorted(set(ex[0]["stream"])) == [0, 1]
+    assert set(ex[0]["backend"]) == {"gloo"} and set(ex[0]["stream"]) == {0}  # one lane for the pool
+    assert len(set(ex[1]["end"])) == 6
+    # issue = the c10d op on the main thread; arrival = the worker's span start 30 µs later
+    assert (ex[1]["ts"] - ex[1]["launch_ts"]).to_list() == pytest.approx([30.0] * 6)
     m = match_collectives(ex)
     assert m.mismatches == []
     assert m.instances.height == 6 and m.instances["complete"].all()
-    # each instance pairs spans of the same lane: identical ends by construction
+    # each instance pairs the same collective on every rank: identical ends by construction
     assert (m.events.group_by("instance").agg(pl.col("end").n_unique())["end"] == 1).all()
+    assert (m.events.group_by("instance").agg(pl.col("launch_ts").max() - pl.col("launch_ts").min())
+            ["launch_ts"] == 300.0).all()
     rows = collective_table(m)
     assert rows[0]["wait_us"] == pytest.approx(300.0 * 2 / 3)  # two ranks wait 300 µs, rank 1 none
+
+
+def test_gloo_single_group_named_from_pg_config() -> None:
+    """With one gloo group in ``distributedInfo.pg_config`` its name/ranks fill the extract, so
+    membership is known (a missing rank shows as incomplete instead of a smaller group)."""
+    cfg = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:gloo", "pg_size": 3,
+            "ranks": [0, 1, 2]}]
+    ex = [comm_events(_gloo_rank(r, 0.0, cfg)) for r in range(2)]
+    assert ex[0]["pg"].unique().to_list() == ["0"] and ex[0]["group_size"].unique().to_list() == [3]
+    m = match_collectives(ex)
+    assert m.instances.height == 6 and not m.instances["complete"].any()
+    assert m.instances["missing"].to_list() == [[2]] * 6
+    # two gloo groups: the trace cannot say which pool a thread serves, so no name is guessed
+    two = cfg + [{"pg_name": "1", "pg_desc": "sub", "backend_config": "cpu:gloo", "pg_size": 3, "ranks": [0, 1, 2]}]
+    assert comm_events(_gloo_rank(0, 0.0, two))["pg"].null_count() == 6

@@ -187,7 +187,8 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
     the host time of its launch (``gpu.launch_row``) and its step. The step is the host
     ``ProfilerStep`` holding the launch (unambiguous even when GPU work spills past the host step),
     else the device window (``step_windows``: columns step, start, end) holding the kernel start.
-    CPU-only (gloo) traces: ``gloo:*`` spans (the actual wait + transfer), else ``c10d::*`` ops.
+    CPU-only (gloo) traces: ``gloo:*`` spans (the actual wait + transfer) with the ``c10d::*`` op
+    that issued each as its launch, else the ``c10d::*`` ops alone (:func:`_gloo_events`).
     """
     gpu = rt.gpu
     if rt.meta.device_id is not None and gpu.height and gpu["device"].null_count() < gpu.height:
@@ -256,34 +257,105 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
 def _gloo_events(rt: RankTrace) -> pl.DataFrame:
     """CPU collectives of a gloo trace: ``gloo:*`` spans, else ``c10d::*`` cpu_ops (no comm args).
 
-    Gloo runs collectives on worker threads (one per process group or pool slot), so spans are
-    ordered per thread: ``stream`` holds the thread's *lane*, its position when the rank's gloo
-    threads are sorted by their first span — the same lane on every rank when the job creates its
-    groups in the same order (torch requires that).
+    Arrival (``ts``) is the start of the ``gloo:*`` span: when a gloo worker thread began running
+    the collective — the CPU analogue of the kernel start. ``launch_ts`` is the ``c10d::*`` cpu_op
+    that issued it, and ``step`` the ProfilerStep holding that issue (as for NCCL launches).
+
+    ProcessGroupGloo runs its collectives on a *pool* of worker threads (``pt_gloo_runloop``, two
+    per group by default) fed by one FIFO queue: which thread runs the k-th collective is a race
+    and differs between ranks, but the start order of the spans is the enqueue order. So the spans
+    of all worker threads of a group form one ordered lane (``stream``), and the k-th span on each
+    rank is the same collective. The trace does not say which pool a thread belongs to: with one
+    gloo group in ``distributedInfo.pg_config`` (the usual DDP/FSDP-on-CPU case) its name, ranks and
+    size are filled in; with several, all spans share one lane, which matches ranks that issue
+    the same sequence of collectives (SPMD).
     """
     host = rt.host
     spans = host.filter(pl.col("name").str.starts_with("gloo:"))
-    if spans.height == 0:
-        spans = host.filter((pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with("c10d::"))
+    issued = host.filter((pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with("c10d::"))
+    spans_recorded = spans.height > 0
+    if not spans_recorded:
+        spans = issued  # only the issuing ops: they are both the launch and the arrival
     spans = spans.with_columns(
         pl.col("name").map_elements(normalize_op, return_dtype=pl.Utf8).alias("op")
     ).filter(pl.col("op").is_not_null()).sort("ts")
-    lanes = {tid: i for i, tid in enumerate(spans.group_by("tid").agg(pl.col("ts").min()).sort("ts")["tid"])}
-    step = _step_of(spans["ts"].to_numpy(), rt.steps, "ts", "end") if spans.height else np.empty(0, np.int64)
+    launch = _gloo_issue_times(spans, issued) if spans_recorded else spans["ts"].to_numpy().astype(np.float64)
+    anchor = np.where(np.isnan(launch), spans["ts"].to_numpy(), launch) if spans.height else np.empty(0)
+    step = _step_of(anchor, rt.steps, "ts", "end") if spans.height else np.empty(0, np.int64)
+    pg = _single_gloo_group(rt)
+    if pg is not None:
+        spans = spans.with_columns(
+            pl.coalesce("pg_name", pl.lit(pg["pg_name"])).alias("pg_name"),
+            pl.coalesce("pg_desc", pl.lit(pg["pg_desc"])).alias("pg_desc"),
+            pl.coalesce("pg_ranks", pl.lit(pg["pg_ranks"])).alias("pg_ranks"),
+            pl.coalesce("group_size", pl.lit(pg["group_size"], pl.Int64)).alias("group_size"),
+        )
     return spans.select(
         pl.lit(rt.rank, pl.Int64).alias("rank"),
         pl.lit("gloo").alias("backend"),
-        pl.col("tid").replace_strict(lanes, return_dtype=pl.Int64).alias("stream"),
+        pl.lit(0, pl.Int64).alias("stream"),
         pl.col("name").alias("kernel"),
         "op",
         "pg_name", "pg_desc", "pg_ranks", "group_size", "dtype", "in_nelems", "out_nelems",
         pl.lit(None, pl.Int64).alias("seq"),
         "comms_id", "src_rank", "dst_rank", "ts", "end",
-        pl.col("ts").alias("launch_ts"),
+        pl.Series("launch_ts", launch, dtype=pl.Float64),
         pl.Series("step", step, dtype=pl.Int64),
         pl.lit(None, pl.Float64).alias("busy_at_start"),
         pl.lit(None, pl.Float64).alias("busy_at_end"),
     ).rename({"pg_name": "pg"})
+
+
+def _gloo_issue_times(spans: pl.DataFrame, issued: pl.DataFrame) -> np.ndarray:
+    """Start of the ``c10d::*`` op that enqueued each gloo span (NaN when not in the trace).
+
+    Per collective family, the earliest not yet paired op that started before the span: the work
+    queue is FIFO. A span whose op was issued before the profiler started gets NaN; an op whose
+    span had not started when the profiler stopped stays unpaired.
+    """
+    out = np.full(spans.height, np.nan)
+    if spans.height == 0 or issued.height == 0:
+        return out
+    ops = issued.with_columns(
+        pl.col("name").map_elements(normalize_op, return_dtype=pl.Utf8).alias("op")
+    ).filter(pl.col("op").is_not_null()).sort("ts")
+    queues: dict[str, list[float]] = {}
+    for op, t in zip(ops["op"].to_list(), ops["ts"].to_list()):
+        queues.setdefault(op, []).append(float(t))
+    heads = {op: 0 for op in queues}
+    for i, (op, t) in enumerate(zip(spans["op"].to_list(), spans["ts"].to_list())):
+        q = queues.get(op)
+        if not q:
+            continue
+        h = heads[op]
+        if h < len(q) and q[h] <= t:
+            out[i] = q[h]
+            heads[op] = h + 1
+    return out
+
+
+def _single_gloo_group(rt: RankTrace) -> dict[str, object] | None:
+    """Name, description, ranks and size of the only gloo process group this rank belongs to."""
+    groups = []
+    for g in rt.meta.pg_config or []:
+        if not isinstance(g, dict) or "gloo" not in str(g.get("backend_config", "")):
+            continue
+        ranks = g.get("ranks")
+        if isinstance(ranks, list) and len(ranks) == g.get("pg_size") and rt.rank not in ranks:
+            continue
+        groups.append(g)
+    if len(groups) != 1:
+        return None
+    g = groups[0]
+    ranks = g.get("ranks")
+    size = g.get("pg_size")
+    complete = isinstance(ranks, list) and all(isinstance(r, int) for r in ranks) and len(ranks) == size
+    return {
+        "pg_name": str(g["pg_name"]) if g.get("pg_name") is not None else None,
+        "pg_desc": str(g["pg_desc"]) if g.get("pg_desc") is not None else None,
+        "pg_ranks": json.dumps(ranks) if complete else None,
+        "group_size": int(size) if isinstance(size, int) else None,
+    }
 
 
 @dataclass
@@ -359,7 +431,7 @@ def match_collectives(extracts: Sequence[pl.DataFrame] | pl.DataFrame) -> Matche
         ev = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=EXTRACT_SCHEMA)
     ev = ev.select([pl.col(c).cast(t) for c, t in EXTRACT_SCHEMA.items()])
     ranks = sorted(ev["rank"].unique().to_list())
-    # Without a process-group name, gloo spans are told apart by their worker-thread lane.
+    # Without a process-group name, gloo spans are grouped by their lane (one per worker pool, see _gloo_events).
     ev = ev.sort(["rank", "ts"]).with_columns(
         pl.col("pg").fill_null(
             pl.when(pl.col("backend") == "gloo").then(pl.format("gloo-lane{}", pl.col("stream"))).otherwise(pl.lit(""))
