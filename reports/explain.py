@@ -163,13 +163,20 @@ def host_bound(host_us: float, step_us: float | None) -> str:
             "Fewer, larger kernels (torch.compile, CUDA graphs, a bigger batch) or a faster input pipeline fix this.")
 
 
-def straggler(rank: int, blame_us: float, cause: str, step_us: float | None) -> str:
-    share = f" ({pct(100.0 * blame_us / step_us)} of the step)" if step_us else ""
+def straggler(rank: int, impact_us: float, cause: str, step_us: float | None, blame_us: float | None = None) -> str:
+    """Why one late rank slows everyone, and the two numbers: waiting caused (blame) vs step time saved (impact)."""
+    share = f" ({pct(100.0 * impact_us / step_us)} of the step)" if step_us else ""
     why = {"gpu": "its own GPU work took longer (slower or throttled GPU, or more work on that rank)",
            "host": "its CPU launched work late (data loading, Python overhead, another process on the host)"}.get(
         cause, "the trace does not say whether its GPU or its host was slow")
-    return (f"A collective finishes only when its last member arrives, so every other rank waits for rank "
-            f"{rank}: about {ms(blame_us)} per step{share}. Rank {rank} arrived late because {why}.")
+    text = (f"A collective finishes only when its last member arrives, so every other rank waits for rank "
+            f"{rank}. If it were on time, each step would be about {ms(impact_us)} shorter{share}. "
+            f"Rank {rank} arrived late because {why}.")
+    if blame_us is not None and blame_us > impact_us * 1.05:
+        text += (f" The time the others spent waiting on it is larger, {ms(blame_us)} per step, because the same "
+                 "delay is waited out again at every collective it carries into (e.g. each gradient bucket while "
+                 "its GPU keeps computing through backward); the step gains each delay only once.")
+    return text
 
 
 def mfu(value: float | None, device: str | None) -> str:

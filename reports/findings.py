@@ -70,15 +70,43 @@ def hang(report: Report) -> list[Finding]:
     return [f]
 
 
+def _straggler_impact(s: dict[str, Any]) -> float:
+    """Step time saved if the rank were on time (``impact_us_per_step``); blame for older documents."""
+    v = s.get("impact_us_per_step")
+    return float(v if v is not None else s.get("blame_us_per_step") or 0.0)
+
+
+def _root_straggler_cost(report: Report) -> float:
+    """Largest root straggler impact per step; 0 when the straggler section is missing or malformed
+    (its own detector reports that; the others must not fail with it)."""
+    best = 0.0
+    for s in report.get("stragglers") or []:
+        try:
+            if s.get("root", True):
+                best = max(best, _straggler_impact(s))
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return best
+
+
 def stragglers(report: Report) -> list[Finding]:
+    """Root stragglers ranked by the step time they cost (impact), not by the others' waiting (blame).
+
+    Blame counts a delay at every collective it makes the others wait in; a rank whose GPU keeps
+    computing through DDP's bucketed all-reduces is late to each bucket by the same accumulated
+    delay, so its blame is several times what the step would gain. The finding's impact is the
+    straggler entry's ``impact_us_per_step`` (each delay counted once).
+    """
     out: list[Finding] = []
     step = median_step_us(report)
-    cands = [s for s in report.get("stragglers") or [] if s.get("root", True) and (s.get("blame_us_per_step") or 0) > 0]
-    cands.sort(key=lambda s: -float(s["blame_us_per_step"]))
+    cands = [s for s in report.get("stragglers") or [] if s.get("root", True) and _straggler_impact(s) > 0]
+    cands.sort(key=lambda s: -_straggler_impact(s))
     for s in cands[:MAX_PER_KIND]:
-        r, blame, cause = int(s["rank"]), float(s["blame_us_per_step"]), str(s.get("cause") or "unknown")
-        title = f"Rank {r} is a straggler: the others wait {ms(blame)} per step for it ({cause})"
-        ev = [f"rank {r} arrived last at {s.get('arrived_last', 0)} collectives"]
+        r, cause = int(s["rank"]), str(s.get("cause") or "unknown")
+        impact, blame = _straggler_impact(s), float(s.get("blame_us_per_step") or 0.0)
+        title = f"Rank {r} is a straggler: steps would be {ms(impact)} shorter if it were on time ({cause})"
+        ev = [f"rank {r} arrived last at {s.get('arrived_last', 0)} collectives; the others waited "
+              f"{ms(blame)} per step in them in total (blame)"]
         if s.get("evidence"):
             ev.append(str(s["evidence"]))
         sugg = {
@@ -89,7 +117,8 @@ def stragglers(report: Report) -> list[Finding]:
                      "processes on its host.",
                      "Move logging/checkpoint work off the critical path or to all ranks evenly."],
         }.get(cause, [f"Profile rank {r} against a healthy rank (traceread diff) to see which side is slow."])
-        out.append(_finding("straggler", title, blame, report, explain.straggler(r, blame, cause, step), ev, sugg, rank=r))
+        out.append(_finding("straggler", title, impact, report, explain.straggler(r, impact, cause, step, blame),
+                            ev, sugg, rank=r, blame_us_per_step=blame))
     return out
 
 
@@ -100,6 +129,11 @@ def exposed_comm(report: Report) -> list[Finding]:
     if not vals:
         return []
     impact = med(v for _, v in vals) or 0.0
+    # The others' exposed communication includes waiting for a straggler; that time is the straggler
+    # finding's (counted once there), so it is taken out here, down to the least-exposed rank's value.
+    late = _root_straggler_cost(report)
+    waited = min(late, max(0.0, impact - min(v for _, v in vals)))
+    impact -= waited
     worst, worst_v = max(vals, key=lambda rv: rv[1])
     top = _top_collective(report)
     where = f"; most of it in {_coll_label(top)}" if top else ""
@@ -107,6 +141,9 @@ def exposed_comm(report: Report) -> list[Finding]:
     step = median_step_us(report)
     ev = [f"rank {r['rank']}: {ms(v)} exposed of {ms(per_step(r, 'comm_us'))} communication per step, "
           f"overlap {pct(r.get('comm_overlap_pct'), 0)}" for r, v in sorted(vals, key=lambda rv: -rv[1])[:4]]
+    if waited > 0:
+        ev.insert(0, f"{ms(waited)} per step of the median rank's exposed communication is waiting for the "
+                     "straggler (see that finding) and is not counted here")
     if top:
         ev.append(f"{_coll_label(top)}: {top.get('count')} calls, median {ms(top.get('latency_us'), 2)}, "
                   f"wait {ms(top.get('wait_us'), 2)}, bus bandwidth "

@@ -110,7 +110,9 @@ def _other_lines(report: Report, top: int) -> list[str]:
     st = [s for s in report.get("stragglers") or [] if s.get("blame_us_per_step")]
     if st:
         lines.append("Stragglers: " + "; ".join(
-            f"rank {s['rank']} {ms(s['blame_us_per_step'])}/step ({s.get('cause')}, last {s.get('arrived_last')}×)"
+            (f"rank {s['rank']} costs {ms(s['impact_us_per_step'])}/step, others waited {ms(s['blame_us_per_step'])}/step"
+             if s.get("impact_us_per_step") is not None else f"rank {s['rank']} {ms(s['blame_us_per_step'])}/step")
+            + f" ({s.get('cause')}, last {s.get('arrived_last')}×)"
             + ("" if s.get("root", True) else " [secondary]") for s in st[:top]))
     p = report.get("pipeline")
     if p:

@@ -58,6 +58,9 @@ class ReportOptions:
     progress: bool = False
     params: float | None = None  # model parameters, for formula MFU (6·N·D)
     tokens_per_step: float | None = None  # tokens processed per step by the whole job
+    n_layers: int | None = None  # with seq_len and d_model: the attention term 12·L·s·d per token
+    seq_len: int | None = None
+    d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
     top_kernels: int = TOP_KERNELS
 
@@ -74,6 +77,7 @@ class RankSummary:
     step_frame: pl.DataFrame  # step_breakdowns (+ rank)
     kernels: list[dict[str, Any]] = field(default_factory=list)
     roofline: dict[str, Any] | None = None
+    host_self: pl.DataFrame | None = None  # host_activity.host_self_time: what the host did per step
     warnings: list[str] = field(default_factory=list)
 
 
@@ -236,6 +240,10 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                     lambda: collectives.comm_events(rt, wtab), None)
     if comm is None:
         comm = pl.DataFrame(schema=collectives.EXTRACT_SCHEMA)
+    from traceread.analysis import host_activity
+
+    host_self = _guarded(f"rank {rt.rank}: host activity", warnings,
+                         lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))
@@ -243,7 +251,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         entry=entry, meta=rt.meta, file=rt.file, comm=comm, windows=wtab, step_frame=sf,
         kernels=_kernels(rt, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
-        warnings=warnings,
+        warnings=warnings, host_self=host_self,
     )
 
 
@@ -477,7 +485,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         "straggler_heatmap": None, "nccl": nccl,
     }
     if summaries:
-        _cross_rank(report, summaries, hosts, recorded, opts, warnings)
+        _cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
         report["kernels"] = _guarded("kernel table", warnings, lambda: _merge_kernels(summaries, opts.top_kernels), [])
         detail = next((s.roofline for s in summaries if s.roofline), None)
         report["roofline"] = detail
@@ -490,12 +498,18 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
 
 
 def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
-                opts: ReportOptions, warnings: list[str]) -> None:
-    """Collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts."""
+                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> None:
+    """Collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts.
+
+    With a ``run.json`` (``run_info``) the clock uncertainty ``traceread collect`` measured is the
+    floor of ε, the margin below which arrival differences are not blamed on anyone.
+    """
     from traceread.analysis import clocks, collectives, comm_perf, pipeline, slow_steps, stragglers
 
     frames = {s.entry["rank"]: s.step_frame for s in summaries if s.step_frame.height}
     report["slow_steps"] = _guarded("slow steps", warnings, lambda: slow_steps.find_slow_steps(frames), []) if frames else []
+    if report["slow_steps"]:
+        _guarded("slow-step host activity", warnings, lambda: _host_activity(report["slow_steps"], summaries))
 
     extracts = [s.comm for s in summaries if s.comm.height]
     if not extracts:
@@ -507,7 +521,9 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
         warnings.append(f"collectives: {m}")
     if len(matched.mismatches) > MAX_MISMATCH_WARNINGS:
         warnings.append(f"collectives: {len(matched.mismatches) - MAX_MISMATCH_WARNINGS} more mismatches")
-    clock = _guarded("clock alignment", warnings, lambda: clocks.estimate_offsets(matched, hosts or None, recorded or None))
+    eps_floor = clocks.recorded_uncertainty(run_info) if run_info else 0.0
+    clock = _guarded("clock alignment", warnings, lambda: clocks.estimate_offsets(
+        matched, hosts or None, recorded or None, recorded_epsilon_us=eps_floor))
     if clock is not None:
         report["source"]["clock"] = clock.to_json()  # type: ignore[index]
         warnings.extend(f"clocks: {n}" for n in clock.notes if "not checked" not in n)
@@ -520,11 +536,51 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
     windows = {s.entry["rank"]: s.windows for s in summaries}
     st = _guarded("stragglers", warnings, lambda: stragglers.attribute(matched, windows, clock))
     if st is not None:
+        _step_impact(st, matched, clock, warnings)
         report["stragglers"] = st.entries
         report["straggler_heatmap"] = st.heatmap
         warnings.extend(f"stragglers: {n}" for n in st.notes)
     report["pipeline"] = _guarded("pipeline", warnings,
                                   lambda: _pipeline(matched, summaries, clock, opts, pipeline))
+
+
+def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
+    """For host-caused slow steps: which host activity grew (analysis.host_activity), into ``detail``
+    and the extra ``host_activity`` ([{name, growth_us}])."""
+    from traceread.analysis import host_activity
+    from traceread.reports.stats import ms
+
+    per = {s.entry["rank"]: s.host_self for s in summaries if s.host_self is not None and s.host_self.height}
+    if not per:
+        return
+    all_steps = sorted({int(x) for f in per.values() for x in f["step"].unique().to_list()})
+    slow_set = {int(s["step"]) for s in slow}
+    normal = [x for x in all_steps if x not in slow_set]
+    for s in slow:
+        if s.get("cause") != "host":
+            continue
+        g = host_activity.grown(per, int(s["step"]), normal, float(s["excess_us"]))
+        s["host_activity"] = [{"name": n, "growth_us": d} for n, d in g]
+        if g:
+            what = ", ".join(f"{n} +{ms(d)}" for n, d in g)
+            s["detail"] = (f"{s.get('detail') or 'the GPU sat idle'}; host time not covered by any nested "
+                           f"operator grew in: {what}")
+
+
+def _step_impact(st: Any, matched: Any, clock: Any, warnings: list[str]) -> None:
+    """Each straggler's ``impact_us_per_step``: the smaller of the direct-delay sum (stragglers) and
+    the delay counted once along overlapped/queued collectives (straggler_impact) — both upper bounds
+    on the step time saved if it were on time. ``blame_us_per_step`` is left as defined."""
+    from traceread.analysis import comm_perf, straggler_impact, stragglers
+
+    if not st.entries:
+        return
+    timing = comm_perf.instance_timing(matched, clock, stragglers.BLAME_OPS)
+    once = _guarded("straggler impact", warnings, lambda: straggler_impact.step_impact_per_step(
+        st.records, timing, st.n_steps, st.epsilon_us), {})
+    for e in st.entries:
+        direct = e.get("impact_us_per_step", e["blame_us_per_step"])
+        e["impact_us_per_step"] = float(min(direct, once.get(e["rank"], direct)))
 
 
 def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, opts: ReportOptions, pipeline: Any) -> Any:
@@ -549,7 +605,9 @@ def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, opts: Repo
 
 
 def _formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> None:
-    """MFU = 6·N·D ÷ (step time × GPUs × peak) when --params and --tokens-per-step are given.
+    """MFU = 6·N·D ÷ (step time × GPUs × peak) when --params and --tokens-per-step are given
+    (+ 12·L·s·d·D when --n-layers, --seq-len and --d-model are too: attention's score and value
+    matmuls, which 6·N leaves out).
 
     D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own mean
     step time. Replaces the trace-counted MFU (which needs recorded shapes).
@@ -571,6 +629,7 @@ def _formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> No
             continue
         step_s = float(e["window_us"]) / max(1, len(e.get("steps") or [])) / 1e6
         val = _guarded(f"rank {e['rank']}: formula MFU", warnings, lambda: mfu_mod.formula_mfu(
-            opts.params, opts.tokens_per_step / world, step_s, match.spec, precision))
+            opts.params, opts.tokens_per_step / world, step_s, match.spec, precision,
+            opts.n_layers, opts.seq_len, opts.d_model))
         if val is not None:
             e["mfu_pct"] = float(val)

@@ -84,6 +84,7 @@ class StragglerEntry(TypedDict, total=False):
     # extras
     root: bool  # False when the rank was only late because it waited on someone earlier
     evidence: str
+    impact_us_per_step: float  # step time saved if it were on time (each delay counted once) <= blame
 
 
 class PipelineEntry(TypedDict, total=False):

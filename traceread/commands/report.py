@@ -45,6 +45,10 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
 @click.option("--no-cache", is_flag=True, help="Re-parse every trace instead of using the parse cache.")
 @click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
 @click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
+@click.option("--n-layers", type=click.IntRange(min=1), metavar="L",
+              help="Transformer layers: with --seq-len and --d-model adds attention's 12·L·s·d FLOPs per token to MFU.")
+@click.option("--seq-len", type=click.IntRange(min=1), metavar="S", help="Sequence length (with --n-layers, --d-model).")
+@click.option("--d-model", type=click.IntRange(min=1), metavar="D", help="Hidden size (with --n-layers, --seq-len).")
 @click.option("--device-spec", type=click.Path(exists=True, dir_okay=False),
               help="JSON/TOML file with peak FLOP/s and bandwidth for GPUs the built-in table lacks.")
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
@@ -53,8 +57,8 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
               help="Worker processes for reading ranks (default: one per CPU).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
-           tokens_per_step: float | None, device_spec: str | None, top: int, workers: int | None,
-           no_html: bool) -> None:
+           tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
+           device_spec: str | None, top: int, workers: int | None, no_html: bool) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -66,6 +70,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report 'traces/rank*.json.gz' --format json -o report.json
       traceread report runs/exp1 --format text --top 20
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
+      traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
+          --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
 
     \b
     Exit codes: 0 report written (findings are not errors), 2 bad input (unreadable or
@@ -80,9 +86,13 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
 
     if (params is None) != (tokens_per_step is None):
         raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
+    shape = (n_layers, seq_len, d_model)
+    if any(v is not None for v in shape) and (None in shape or params is None):
+        raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
     fmt = _infer_format(fmt, output)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
-                         tokens_per_step=tokens_per_step, device_spec=Path(device_spec) if device_spec else None)
+                         tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
+                         device_spec=Path(device_spec) if device_spec else None)
     try:
         doc = build_report(list(paths), opts)
     except NothingUsableError as exc:
@@ -113,9 +123,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         try:
             html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
         except OSError as exc:
-            if output:
-                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror})") from exc
-            html_path = Path.cwd() / DEFAULT_NAME
-            html_mod.write_html(doc, html_path)
+            if output or html_path.parent.resolve() == Path.cwd().resolve():
+                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror}); choose a file with -o") from exc
+            fallback = Path.cwd() / DEFAULT_NAME
+            click.echo(f"traceread: {html_path}: cannot write ({exc.strerror}); writing {fallback} instead", err=True)
+            html_path = fallback
+            try:
+                html_mod.write_html(doc, html_path)
+            except OSError as exc2:
+                raise click.ClickException(f"{html_path}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
     console = Console(highlight=False)
     terminal.render(doc, console, top=top, html_path=str(html_path) if html_path else None)

@@ -40,10 +40,10 @@ SAMPLES: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
     "slow_steps_a100": (
         "slow_steps",
-        {"ranks": 4, "steps": 5, "device": "A100",
-         "slow_steps": [(11, "dataloader", 30000.0), (12, "gc", 15000.0), (13, "checkpoint", 40000.0)]},
-        "4-rank DDP on A100, 5 steps: step 11 data-loader stall (30 ms), step 12 GC pause (15 ms), "
-        "step 13 checkpoint write (40 ms).",
+        {"ranks": 4, "steps": 10, "device": "A100", "layers": 2,
+         "slow_steps": [(12, "dataloader", 30000.0), (15, "gc", 15000.0), (18, "checkpoint", 40000.0)]},
+        "4-rank DDP on A100 (2 layers), 10 steps, 3 of them slow: step 12 data-loader stall (30 ms), "
+        "step 15 GC pause (15 ms), step 18 checkpoint write (40 ms).",
     ),
     "skewed_2host_h100": (
         "ddp",
