@@ -1,4 +1,4 @@
-"""Straggler blame, cause, root vs propagated, skew robustness, and slow steps (hand-built inputs).
+"""Straggler blame, impact, cause, root vs propagated, skew robustness, and slow steps (hand-built inputs).
 
 Every expected number follows from how the rows are constructed: NCCL semantics (all members end at
 last arrival + transfer), launch 20 µs before a kernel that was not waiting, etc.
@@ -12,7 +12,7 @@ import pytest
 from traceread.analysis.clocks import estimate_offsets
 from traceread.analysis.collectives import EXTRACT_SCHEMA, match_collectives
 from traceread.analysis.slow_steps import find_slow_steps
-from traceread.analysis.stragglers import attribute
+from traceread.analysis.stragglers import attribute, impact_per_step
 
 
 def _ev(rank: int, pg: str, seq: int, ts: float, end: float, launch: float, step: int,
@@ -123,6 +123,100 @@ def test_propagated_lateness_is_not_root() -> None:
     assert by[1]["cause"] == "gpu"
     assert by[0]["root"] is False and "rank 1" in by[0]["evidence"]
     assert res.entries[0]["rank"] == 1  # roots come first
+
+
+
+GAPS = [1000.0, 1500.0, 2000.0]  # rank 1's lateness at the 3 collectives of a step
+T = 100.0  # transfer time: every member ends at last arrival + T
+EPS = 5.0
+
+
+def buckets(*, overlapped: bool, n: int = 4, steps: int = 3, step_len: float = 20_000.0) -> pl.DataFrame:
+    """3 all-reduces per step, rank 1 late by :data:`GAPS`, its GPU slow (it computes the whole time).
+
+    ``overlapped`` (DDP buckets): the on-time ranks compute through every collective and reach the
+    next one at a fixed time, 3 ms apart, whatever the previous one did — were rank 1 on time, only
+    the last bucket (so the step) would end earlier, by GAPS[-1]. Else (tensor parallel) they wait
+    for each result and compute 1 ms before the next one: every gap shifts the rest of the step, so
+    the step would be sum(GAPS) shorter.
+    """
+    rows = []
+    for s in range(steps):
+        t0 = step_len * s + 1_000.0
+        busy = {r: step_len * s for r in range(n)}
+        a0 = t0
+        for i, g in enumerate(GAPS):
+            a1 = a0 + g
+            end = a1 + T
+            for r in range(n):
+                a = a1 if r == 1 else a0
+                start_busy = (a - t0 + step_len * s) if (overlapped or r == 1) else busy[r]
+                end_busy = (end - t0 + step_len * s) if overlapped else start_busy
+                row = _ev(r, "0", 3 * s + i + 1, a, end, a - 20.0, s, list(range(n)))
+                row.update(busy_at_start=start_busy, busy_at_end=end_busy)
+                rows.append(row)
+                busy[r] = end_busy + 1_000.0
+            a0 = (t0 + 3_000.0 * (i + 1)) if overlapped else (end + 1_000.0)
+    return pl.DataFrame(rows, schema=EXTRACT_SCHEMA)
+
+
+@pytest.mark.parametrize("overlapped,saved", [(True, GAPS[-1]), (False, sum(GAPS))])
+def test_impact_is_the_step_time_saved(overlapped: bool, saved: float) -> None:
+    """Blame is the others' wait at every collective (4500 µs/step either way); impact is what the
+    step gains: the last gap when the others compute through the collectives, the sum when they wait."""
+    m = match_collectives(buckets(overlapped=overlapped))
+    res = attribute(m, windows(4, 3, 20_000.0), estimate_offsets(m))
+    (e,) = res.entries
+    assert e["rank"] == 1 and e["root"] is True and e["cause"] == "gpu"
+    assert e["blame_us_per_step"] == pytest.approx(sum(GAPS))
+    assert e["impact_us_per_step"] == pytest.approx(saved)
+
+
+def timeline(*, overlapped: bool, queued: bool, direct: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(records, timing) of two ranks, one step, rank 1 late by :data:`GAPS`. ``overlapped``: rank 0
+    computes through each collective; ``queued``: its next collective starts the moment the previous
+    one ends (same stream), else 50 µs later."""
+    rows, recs = [], []
+    a0, busy0, busy1 = 0.0, 0.0, 0.0
+    for i, g in enumerate(GAPS):
+        a1 = a0 + g
+        end = a1 + T
+        d0 = (end - a0) if overlapped else 0.0
+        rows.append(dict(instance=i, rank=0, step=10, ts=a0, end=end, busy_at_start=busy0, busy_at_end=busy0 + d0))
+        rows.append(dict(instance=i, rank=1, step=10, ts=a1, end=end, busy_at_start=busy1, busy_at_end=busy1 + T))
+        busy0 += d0 + 10.0
+        busy1 += T + 10.0
+        recs.append(dict(instance=i, step=10, rank=1, blame_us=g, gap_us=g, direct=direct))
+        a0 = end if queued else end + 50.0
+    return pl.DataFrame(recs), pl.DataFrame(rows)
+
+
+def test_impact_overlapped_collectives_count_the_delay_once() -> None:
+    """DDP buckets: rank 1's lateness at each bucket already contains the earlier one; the step ends
+    2000 µs late, not 4500 (the sum of the waits)."""
+    rec, tim = timeline(overlapped=True, queued=False)
+    assert impact_per_step(rec, tim, n_steps=1, eps=EPS) == {1: pytest.approx(GAPS[-1])}
+
+
+def test_impact_blocking_collectives_add_up() -> None:
+    """Tensor parallel: rank 0 waits for each result, so every gap is new time on the step."""
+    rec, tim = timeline(overlapped=False, queued=False)
+    assert impact_per_step(rec, tim, n_steps=1, eps=EPS) == {1: pytest.approx(sum(GAPS))}
+
+
+def test_impact_queued_collectives_add_up() -> None:
+    """Same comm stream: rank 0's next collective could only start when the late one ended (the rule
+    takes it as ready before then: the trace cannot say)."""
+    rec, tim = timeline(overlapped=True, queued=True)
+    assert impact_per_step(rec, tim, n_steps=1, eps=EPS) == {1: pytest.approx(sum(GAPS))}
+
+
+def test_impact_propagated_lateness_and_steps() -> None:
+    rec, tim = timeline(overlapped=True, queued=False, direct=False)
+    assert impact_per_step(rec, tim, n_steps=1, eps=EPS) == {1: 0.0}  # someone else's delay
+    rec, tim = timeline(overlapped=True, queued=False)
+    assert impact_per_step(rec, tim, n_steps=4, eps=EPS) == {1: pytest.approx(GAPS[-1] / 4)}
+    assert impact_per_step(rec.clear(), tim, n_steps=1, eps=EPS) == {}
 
 
 def _breakdown(n: int, steps: int) -> list[dict[str, float | int]]:

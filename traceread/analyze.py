@@ -536,7 +536,6 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
     windows = {s.entry["rank"]: s.windows for s in summaries}
     st = _guarded("stragglers", warnings, lambda: stragglers.attribute(matched, windows, clock))
     if st is not None:
-        _step_impact(st, matched, clock, warnings)
         report["stragglers"] = st.entries
         report["straggler_heatmap"] = st.heatmap
         warnings.extend(f"stragglers: {n}" for n in st.notes)
@@ -565,22 +564,6 @@ def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
             what = ", ".join(f"{n} +{ms(d)}" for n, d in g)
             s["detail"] = (f"{s.get('detail') or 'the GPU sat idle'}; host time not covered by any nested "
                            f"operator grew in: {what}")
-
-
-def _step_impact(st: Any, matched: Any, clock: Any, warnings: list[str]) -> None:
-    """Each straggler's ``impact_us_per_step``: the smaller of the direct-delay sum (stragglers) and
-    the delay counted once along overlapped/queued collectives (straggler_impact) — both upper bounds
-    on the step time saved if it were on time. ``blame_us_per_step`` is left as defined."""
-    from traceread.analysis import comm_perf, straggler_impact, stragglers
-
-    if not st.entries:
-        return
-    timing = comm_perf.instance_timing(matched, clock, stragglers.BLAME_OPS)
-    once = _guarded("straggler impact", warnings, lambda: straggler_impact.step_impact_per_step(
-        st.records, timing, st.n_steps, st.epsilon_us), {})
-    for e in st.entries:
-        direct = e.get("impact_us_per_step", e["blame_us_per_step"])
-        e["impact_us_per_step"] = float(min(direct, once.get(e["rank"], direct)))
 
 
 def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, opts: ReportOptions, pipeline: Any) -> Any:

@@ -14,12 +14,8 @@ broadcast):
   would finish earlier if that rank were not late (TraceLens' "arrived last", quantified).
 * ``blame_us_per_step`` = Σ blame over the instances, ÷ number of steps analysed (direct and
   propagated lateness alike: the definition is "how much sooner the collectives it was last to
-  join would have finished"; ``root`` says whether the delay was its own).
-* ``impact_us_per_step`` (extra) = the same sum over *direct* late arrivals only (fresh delay since
-  the rank's previous collective, see below). When a delay is carried from one collective to the
-  next (a slow TP rank is late to its TP all-reduce, then again, by the same accumulated delay, to
-  its DP all-reduce) ``blame_us_per_step`` counts it at every collective, ``impact_us_per_step``
-  once: it is the better estimate of the step time the job would save, and never larger.
+  join would have finished"; ``root`` says whether the delay was its own). It is the time the others
+  spent waiting for the rank, not what the step would gain: see ``impact_us_per_step``.
 * ``arrived_last`` = number of instances where the rank was in a blamed late cluster.
 * **cause** of one late arrival, from what the late rank's GPU did since its previous synchronising
   collective ``c⁻`` compared with the median on-time rank: ``gpu`` when it spent more extra time
@@ -34,6 +30,29 @@ broadcast):
   its last synchronisation. Otherwise it only left ``c⁻`` late: if it was itself the one blamed in
   ``c⁻`` the delay is still its own (root); if another rank was, the lateness is *propagated* and
   ``evidence`` names that rank. A rank is ``root`` when most of its blame is.
+* ``impact_us_per_step`` (extra) = how much shorter the job's step would be if this rank were on
+  time, estimated from the trace's arrivals: its delays followed from collective to collective and
+  counted once. Blame charges the full gap at every collective the rank was last to join; when its
+  GPU keeps computing while a collective runs (DDP gradient buckets overlapping backward), that
+  collective does not reset its lateness and the same delay makes it late again at the next bucket
+  (8 ranks, 4 buckets, one GPU 3 ms/step slow: 8.7 ms/step of blame, 2.8 ms/step saved). Rule, per
+  blamed instance ``c``: the *reference* rank is the latest on-time arrival (the one the gap is
+  measured from), ``c⁻`` its previous synchronising collective in the same step. The reference
+  **carries** ``c⁻``'s delay when its arrival at ``c`` could not have come before ``c⁻`` ended: it
+  started within ``ε`` of ``c⁻``'s end (queued behind it on the stream) or its GPU computed for
+  less than :data:`OVERLAP_FRACTION` of ``c⁻`` (its work waited for the result, as after a
+  tensor-parallel all-reduce). For each *direct* late arrival of rank r (a fresh delay: its own
+  interval ``I_r`` was longer, by the test of the previous point) the job's accumulated delay due
+  to r is ``Δ_r(c) = blame_r(c) + (Δ_r(c⁻) if the reference carries c⁻ else 0)`` (r's latest Δ in
+  the step stands in when r was not late at ``c⁻``). ``impact_us_per_step`` = Σ over steps of the
+  largest Δ_r in the step ÷ steps analysed. In DDP that is the lateness at the last bucket; in
+  tensor parallelism the sum of the fresh per-collective delays, a delay carried from the TP into
+  the DP all-reduce counted once. Each Δ is a sum of distinct direct blames, so impact ≤ blame.
+  Like blame it assumes nobody else would then be last. Against simulated re-runs without the
+  straggler it is within a few % when the others' collectives overlap compute without queuing (DDP
+  buckets ready one by one) or block on the result (TP); when their buckets queue behind the late
+  one on the comm stream it can overstate the saving by up to ~30 %: the trace does not say how long
+  before the queue freed each bucket was ready, and the rule carries the whole delay.
 
 A rank is listed only when it stands out above noise: ``blame_us_per_step > max(ε, 1 % of the
 median job step time, 3 × the lower-quartile rank's blame)``. The quartile is what jitter alone
@@ -43,6 +62,7 @@ would instead hide a straggler pair in a 4-rank job.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +79,9 @@ BLAME_OPS = SYNC_OPS | {"broadcast"}
 MIN_STEP_FRACTION = 0.01
 #: ... and this many times the lower-quartile rank's blame (the share jitter alone gives a rank).
 K_JITTER = 3.0
+#: The reference rank's GPU computing for less than this share of a collective means its next work
+#: waited for the result (a blocking collective passes the delay on).
+OVERLAP_FRACTION = 0.5
 
 
 @dataclass
@@ -114,7 +137,8 @@ def attribute(
         outside = int((~records["step"].is_in(list(valid))).sum())
         records = records.filter(pl.col("step").is_in(list(valid)))
         notes.append(f"{outside} late arrival(s) outside the analysed steps not counted")
-    entries = _aggregate(records, matched.ranks, n_steps, step_time, eps)
+    impacts = impact_per_step(records, t, n_steps, eps)
+    entries = _aggregate(records, impacts, matched.ranks, n_steps, step_time, eps)
     ranks, hsteps, m = wait_matrix(matched, clock, BLAME_OPS)
     cols = [i for i, x in enumerate(hsteps) if x in valid] or list(range(len(hsteps)))
     heat = ({"ranks": ranks, "steps": [hsteps[i] for i in cols], "wait_us": m[:, cols].round(3).tolist()}
@@ -196,6 +220,59 @@ def _blame_records(t: pl.DataFrame, eps: float) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=_RECORD_SCHEMA) if rows else pl.DataFrame(schema=_RECORD_SCHEMA)
 
 
+def impact_per_step(records: pl.DataFrame, timing: pl.DataFrame, n_steps: int, eps: float) -> dict[int, float]:
+    """Per rank with blame records: ``impact_us_per_step`` (Σ over steps of the largest Δ_r ÷
+    ``n_steps``, module docstring); 0 for a rank late only through others' delays.
+
+    ``records``: :attr:`StragglerResult.records` (uses instance, step, rank, blame_us, direct);
+    ``timing``: :func:`comm_perf.instance_timing` over the same collectives; ``eps``: the ε of the records.
+    """
+    if records.height == 0 or timing.height == 0:
+        return {}
+    carries = _carries(timing, eps)
+    last = timing.group_by("instance").agg(pl.col("ts").max().alias("_last"))
+    rec = records.filter(pl.col("direct")).join(last, on="instance", how="left").sort("_last")
+    delta: dict[tuple[int, int], float] = {}  # (rank, instance) -> Δ
+    latest: dict[tuple[int, int], float] = {}  # (rank, step) -> most recent Δ
+    worst: dict[tuple[int, int], float] = defaultdict(float)  # (rank, step) -> largest Δ
+    for inst, step, rank, blame in rec.select("instance", "step", "rank", "blame_us").iter_rows():
+        r, s = int(rank), int(step)
+        carry, prev = carries.get(int(inst), (False, None))
+        carried = delta.get((r, prev), latest.get((r, s), 0.0)) if carry and prev is not None else 0.0
+        d = float(blame) + carried
+        delta[(r, int(inst))] = latest[(r, s)] = d
+        worst[(r, s)] = max(worst[(r, s)], d)
+    out = {int(r): 0.0 for r in records["rank"].unique().to_list()}
+    for (r, _s), d in worst.items():
+        out[r] += d / max(int(n_steps), 1)
+    return out
+
+
+def _carries(timing: pl.DataFrame, eps: float) -> dict[int, tuple[bool, int | None]]:
+    """instance -> (its reference arrival carries the delay of ``c⁻``, ``c⁻``) — module docstring."""
+    t = timing.select("instance", "rank", "step", "ts", "end", "busy_at_start", "busy_at_end").sort(["rank", "ts"])
+    dur = (pl.col("end") - pl.col("ts")).clip(lower_bound=0.0)
+    t = t.with_columns(
+        ((pl.col("busy_at_end") - pl.col("busy_at_start")) >= OVERLAP_FRACTION * dur).alias("_ovl"),
+    ).with_columns(
+        pl.col("instance").shift(1).over("rank").alias("prev_instance"),
+        pl.col("step").shift(1).over("rank").alias("prev_step"),
+        pl.col("end").shift(1).over("rank").alias("prev_end"),
+        pl.col("_ovl").shift(1).over("rank").alias("prev_ovl"),
+        pl.col("ts").max().over("instance").alias("_last"),
+    )
+    ref = (t.filter(pl.col("ts") < pl.col("_last") - eps)
+           .sort("ts").group_by("instance").agg(pl.all().last()))
+    out: dict[int, tuple[bool, int | None]] = {}
+    for row in ref.iter_rows(named=True):
+        same_step = row["prev_instance"] is not None and row["prev_step"] == row["step"]
+        queued = row["prev_end"] is not None and row["ts"] - row["prev_end"] <= eps
+        waited = row["prev_ovl"] is False  # null (no busy data) is not evidence of waiting
+        out[int(row["instance"])] = (bool(same_step and (queued or waited)),
+                                     int(row["prev_instance"]) if same_step else None)
+    return out
+
+
 def _cause(interval: float, busy: float, i_on: np.ndarray, b_on: np.ndarray, arrival: float,
            launch: float, gap: float) -> str:
     """gpu / host / unknown for one late arrival (see the module docstring)."""
@@ -210,7 +287,8 @@ def _cause(interval: float, busy: float, i_on: np.ndarray, b_on: np.ndarray, arr
 
 
 def _aggregate(
-    rec: pl.DataFrame, ranks: list[int], n_steps: int, step_time: float | None, eps: float
+    rec: pl.DataFrame, impacts: dict[int, float], ranks: list[int], n_steps: int,
+    step_time: float | None, eps: float,
 ) -> list[StragglerEntry]:
     if rec.height == 0:
         return []
@@ -246,6 +324,6 @@ def _aggregate(
         out.append({
             "rank": r, "blame_us_per_step": blame, "arrived_last": mine.height, "cause": cause,
             "root": root, "evidence": ev,
-            "impact_us_per_step": float(mine.filter(pl.col("direct"))["blame_us"].sum()) / n_steps,
+            "impact_us_per_step": impacts.get(r, 0.0),
         })
     return out
