@@ -1,0 +1,98 @@
+"""Find trace files under the paths a user gave (folders recursively, globs, files).
+
+A ``traceread collect`` run folder holds other JSON beside the traces (``run.json``,
+``truth.json``, ``hang.json``, Flight Recorder dumps under ``fr/``, torchelastic errors under
+``errors/``); those are skipped silently. Files named explicitly are always returned, so a bad
+one is reported as a failure rather than ignored.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+#: Files in a run folder that are not traces (by name) and folders whose JSON is not traces.
+NON_TRACE_FILES = frozenset(
+    {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json"}
+)
+NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress"})
+
+
+@dataclass
+class Found:
+    """Result of a search: files in a stable order, which were named explicitly, run.json files."""
+
+    files: list[Path] = field(default_factory=list)
+    explicit: set[Path] = field(default_factory=set)
+    run_json: list[Path] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def is_trace_name(name: str) -> bool:
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def find(paths: Sequence[str | Path]) -> Found:
+    found = Found()
+    seen: set[Path] = set()
+
+    def add(p: Path, explicit: bool) -> None:
+        rp = p.resolve()
+        if rp in seen:
+            return
+        seen.add(rp)
+        found.files.append(p)
+        if explicit:
+            found.explicit.add(p)
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            run = p / "run.json"
+            if run.is_file():
+                found.run_json.append(run)
+            for f in _walk(p):
+                add(f, explicit=False)
+        elif p.is_file():
+            add(p, explicit=True)
+        elif any(ch in str(raw) for ch in "*?["):
+            matches = sorted(glob.glob(str(raw), recursive=True))
+            if not matches:
+                found.missing.append(str(raw))
+            for m in matches:
+                mp = Path(m)
+                if mp.is_dir():
+                    for f in _walk(mp):
+                        add(f, explicit=False)
+                elif mp.is_file() and is_trace_name(mp.name):
+                    add(mp, explicit=True)
+        else:
+            found.missing.append(str(raw))
+    return found
+
+
+def _walk(root: Path) -> list[Path]:
+    out = []
+    for f in sorted(root.rglob("*")):
+        if not f.is_file() or not is_trace_name(f.name):
+            continue
+        rel = f.relative_to(root)
+        if f.name in NON_TRACE_FILES:
+            continue
+        if any(part in NON_TRACE_DIRS for part in rel.parts[:-1]):
+            continue
+        if any(part.startswith(".") for part in rel.parts):
+            continue  # hidden folders (caches, .git)
+        out.append(f)
+    return out
+
+
+def discover(paths: Sequence[str | Path]) -> list[Path]:
+    """Trace files under ``paths``: folders searched recursively, globs expanded, files as given.
+
+    Paths that do not exist are left out here; :func:`traceread.reader.read_traces` reports them.
+    """
+    return find(paths).files
