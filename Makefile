@@ -27,7 +27,7 @@ test: $(VENV)/.dev
 	$(PY) -m pytest -n 2 -q
 
 bench: $(VENV)/.dev
-	$(PY) bench/run_all.py
+	PYTHON=$(PY) bash bench/run_all.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache demo-report.html

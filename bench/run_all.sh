@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every benchmark, in the order the README's speed tables were measured (make bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+$PY bench/make_large.py                 # bench/data/large8: 8 ranks x ~45 MB, tiled from a real DLRM trace
+$PY bench/bench_read.py                 # reader: cold / cached vs HTA TraceAnalysis load
+$PY bench/bench_report.py large         # whole report vs HTA load + temporal + overlap + idle breakdown
+$PY bench/bench_report.py scale         # 1024 simulated ranks within the machine's memory
+$PY bench/bench_cross_rank.py           # cross-rank analyses on 1024 ranks x 300 collectives
