@@ -60,7 +60,8 @@ def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[dict[str, Any]]:
 
 
 def breakdown_figure(report: Report) -> tuple[Figure | None, str | None]:
-    """Per-rank stacked bars: compute + exposed comm + exposed memcpy + idle = mean step time."""
+    """Per-rank stacked bars: compute + exposed comm + exposed memcpy + idle = mean step time (each a
+    mean over the rank's step entries, whose parts add up to each step)."""
     ranks = [r for r in report.get("ranks") or [] if r.get("window_us") is not None]
     if not ranks:
         return None, "No rank has a GPU time window (CPU-only or empty traces)."

@@ -15,7 +15,7 @@ from traceread.classify import is_comm_kernel_name
 from traceread.report_schema import Finding, Report
 from traceread.reports import explain
 from traceread.reports.stats import (
-    coll_time, med, median_step_us, ms, n_steps, nbytes, pct, pct_of_step, per_step, rank_list, total_steps,
+    coll_time, host_bound_per_step, med, median_step_us, ms, nbytes, pct, pct_of_step, per_step, rank_list, total_steps,
 )
 
 MIN_IMPACT_PCT = 1.0  # below this share of a step a problem is not worth a reader's attention
@@ -228,9 +228,9 @@ def memory_bound(report: Report) -> list[Finding]:
 def host_bound(report: Report) -> list[Finding]:
     vals = []
     for r in report.get("ranks") or []:
-        ib = r.get("idle_breakdown")
-        if ib and ib.get("host_bound_us") is not None:
-            vals.append((r, float(ib["host_bound_us"]) / n_steps(r)))
+        v = host_bound_per_step(r)
+        if v is not None:
+            vals.append((r, v))
     if not vals:
         return []
     impact = med(v for _, v in vals) or 0.0

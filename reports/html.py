@@ -20,7 +20,9 @@ from traceread import __version__
 from traceread.report_schema import Report
 from traceread.reports import charts, explain, terminal
 from traceread.reports.json_report import _jsonable
-from traceread.reports.stats import coll_time, median_step_us, ms, nbytes, pct, per_step, rank_list, step_us, total_steps
+from traceread.reports.stats import (
+    coll_time, host_bound_per_step, median_step_us, ms, nbytes, pct, per_step, rank_list, step_us, total_steps,
+)
 
 TEMPLATES = Path(__file__).with_name("templates")
 MAX_TABLE_RANKS = 256  # larger jobs list the slowest ranks; the charts and JSON have all of them
@@ -45,7 +47,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ms=_undef_none(ms), pct=_undef_none(pct), nbytes=_undef_none(nbytes))
-    env.globals.update(per_step=per_step, step_us=step_us, rank_list=rank_list, fmt_num=_undef_none(_fmt_num))
+    env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list, fmt_num=_undef_none(_fmt_num))
     return env
 
 

@@ -1,15 +1,21 @@
 """Small numbers every view needs, computed the same way from the report document.
 
-"Per step" always means: a rank's total over the analysed window divided by the number of steps
-that rank has (1 when the trace has no ``ProfilerStep`` markers and the whole trace is one window).
+A rank's top-level fields (``window_us``, ``compute_us``, ...) cover the whole-trace GPU window.
+"Per step" always means: the mean over the rank's ``steps`` entries of that step's own value (each
+step's breakdown on its device-aligned window), never a whole-trace total divided by the number of
+steps (the whole trace also holds the time before the first and after the last analysed step).
+A rank without steps is one window: its top-level value is its per-step value.
 """
 
 from __future__ import annotations
 
-from statistics import median
+from statistics import fmean, median
 from typing import Any, Iterable
 
 from traceread.report_schema import RankEntry, Report
+
+#: Rank-level field -> the StepEntry field holding the same quantity for one step.
+_STEP_FIELD = {"window_us": "duration_us"}
 
 
 def n_steps(rank: RankEntry) -> int:
@@ -17,17 +23,49 @@ def n_steps(rank: RankEntry) -> int:
     return max(1, len(rank.get("steps") or []))
 
 
-def per_step(rank: RankEntry, field: str) -> float | None:
-    """``rank[field]`` averaged over the rank's steps; None when the field is unknown."""
-    value = rank.get(field)  # type: ignore[misc]
-    if value is None:
+def step_values(rank: RankEntry, field: str) -> list[float] | None:
+    """Each step's value of ``field`` (``window_us`` reads ``duration_us``); None when the rank has
+    no steps or a step lacks the value."""
+    steps = rank.get("steps") or []
+    key = _STEP_FIELD.get(field, field)
+    vals = [s.get(key) for s in steps]  # type: ignore[misc]
+    if not steps or any(v is None for v in vals):
         return None
-    return float(value) / n_steps(rank)
+    return [float(v) for v in vals]  # type: ignore[arg-type]
+
+
+def per_step(rank: RankEntry, field: str) -> float | None:
+    """Mean over the rank's steps of each step's ``field``; the rank's own value when it has no
+    steps (one window); None when unknown."""
+    if rank.get("steps"):
+        vals = step_values(rank, field)
+        return fmean(vals) if vals else None
+    value = rank.get(field)  # type: ignore[misc]
+    return None if value is None else float(value)
 
 
 def step_us(rank: RankEntry) -> float | None:
-    """Mean step duration of a rank: window / steps."""
+    """Mean step duration of a rank (mean of ``steps[].duration_us``)."""
     return per_step(rank, "window_us")
+
+
+def median_step_duration_us(rank: RankEntry) -> float | None:
+    """Median step duration of a rank; its window when it has no steps."""
+    if rank.get("steps"):
+        vals = step_values(rank, "window_us")
+        return median(vals) if vals else None
+    value = rank.get("window_us")
+    return None if value is None else float(value)
+
+
+def host_bound_per_step(rank: RankEntry) -> float | None:
+    """Mean over steps of the GPU idle time the host caused (``steps[].host_bound_us``); the
+    whole-window ``idle_breakdown.host_bound_us`` for a rank without steps."""
+    if rank.get("steps"):
+        return per_step(rank, "host_bound_us")
+    ib = rank.get("idle_breakdown") or {}
+    v = ib.get("host_bound_us")  # type: ignore[union-attr]
+    return None if v is None else float(v)
 
 
 def med(values: Iterable[float | None]) -> float | None:

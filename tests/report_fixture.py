@@ -34,7 +34,7 @@ def _steps(rank: int) -> list[dict[str, Any]]:
         out.append({
             "step": 10 + s, "start_us": t, "duration_us": dur, "compute_us": compute,
             "comm_us": exposed + 20_000.0, "exposed_comm_us": exposed, "exposed_memcpy_us": 1_000.0,
-            "idle_us": idle,
+            "idle_us": idle, "host_bound_us": 0.6 * idle,
         })
         t += dur
     return out

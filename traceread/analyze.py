@@ -103,9 +103,27 @@ def _f(v: Any) -> float | None:
     return v if np.isfinite(v) else None
 
 
+def _gpu_window(rt: RankTrace) -> tuple[float, float] | None:
+    """The whole-trace GPU window: first GPU event start .. last GPU event end (HTA, TraceLens)."""
+    from traceread.analysis.breakdown import device_gpu_rows
+
+    gpu = device_gpu_rows(rt)
+    if gpu.height == 0:
+        return None
+    return float(gpu["ts"].min()), float(gpu["end"].max())  # type: ignore[arg-type]
+
+
 def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list[str]) -> dict[str, Any]:
-    """The rank's RankEntry: totals are sums over its device-aligned steps (see analysis.breakdown)."""
-    from traceread.analysis import cpu_breakdown, idle, occupancy
+    """The rank's RankEntry.
+
+    Rank-level fields use the whole-trace window (first GPU event start .. last GPU event end, as
+    HTA and TraceLens): :func:`breakdown.rank_breakdown`, :func:`occupancy.sm_metrics` and
+    :func:`idle.idle_breakdown` on that one window. ``steps`` holds each device-aligned step's own
+    breakdown (plus its host-bound idle); per-step views are computed from those entries
+    (``reports.stats``), never as whole-trace totals ÷ steps. CPU-only ranks have no GPU window:
+    their ``window_us`` is the sum of the host step windows and every GPU field stays null.
+    """
+    from traceread.analysis import breakdown, cpu_breakdown, idle, occupancy
 
     e: dict[str, Any] = {
         "rank": rt.rank, "file": rt.file, "device": rt.meta.device_name, "num_sms": rt.meta.num_sms,
@@ -117,20 +135,16 @@ def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list
     }
     steps: list[StepEntry] = []
     if frame.height:
-        for row in frame.iter_rows(named=True):
+        spans = [(float(a), float(a) + float(w or 0.0)) for a, w in zip(frame["_start"], frame["window_us"])]
+        hb = _guarded(f"rank {rt.rank}: per-step idle breakdown", warnings,
+                      lambda: idle.host_bound_per_window(rt, spans))
+        for i, row in enumerate(frame.iter_rows(named=True)):
             steps.append({
                 "step": int(row["step"]), "start_us": float(row["_start"]), "duration_us": float(row["window_us"] or 0.0),
                 "compute_us": _f(row["compute_us"]), "comm_us": _f(row["comm_us"]),
                 "exposed_comm_us": _f(row["exposed_comm_us"]), "exposed_memcpy_us": _f(row["exposed_memcpy_us"]),
-                "idle_us": _f(row["idle_us"]),
+                "idle_us": _f(row["idle_us"]), "host_bound_us": (_f(hb[i]) if hb is not None else None),
             })  # type: ignore[typeddict-item]
-        sums = {k: float(frame[k].fill_null(0.0).sum()) for k in
-                ("window_us", "gpu_busy_us", "compute_us", "comm_us", "exposed_comm_us", "memcpy_us",
-                 "exposed_memcpy_us", "idle_us")}
-        e.update(sums)
-        e["comm_overlap_pct"] = (100.0 * (sums["comm_us"] - sums["exposed_comm_us"]) / sums["comm_us"]
-                                 if sums["comm_us"] > 0 else None)
-        e["gpu_util_pct"] = 100.0 * sums["gpu_busy_us"] / sums["window_us"] if sums["window_us"] > 0 else None
     elif windows is not None and windows.table.height:
         # No GPU work: the step windows are the host's; GPU fields stay null, the step time is known.
         steps = [{"step": int(s), "start_us": float(a), "duration_us": float(d)}
@@ -138,27 +152,40 @@ def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list
         e["window_us"] = float(windows.table["duration"].sum())
     e["steps"] = steps
 
-    span = windows.span if windows is not None else None
     if rt.gpu.height:
-        sm = _guarded(f"rank {rt.rank}: SM efficiency", warnings, lambda: occupancy.sm_metrics(rt, window=span))
-        if sm is not None:
-            e["sm_efficiency_pct"] = _f(sm.sm_efficiency_pct)
-            e["achieved_occupancy_pct"] = _f(sm.achieved_occupancy_pct)
-            if e["num_sms"] is None:
-                e["num_sms"] = sm.num_sms
-        ib = _guarded(f"rank {rt.rank}: idle breakdown", warnings, lambda: idle.idle_breakdown(rt, span))
-        if ib:
-            e["idle_breakdown"] = {"host_bound_us": float(ib["host_bound_us"]), "kernel_gap_us": float(ib["kernel_gap_us"]),
-                                   "other_us": float(ib["other_us"])}
+        span = _guarded(f"rank {rt.rank}: GPU window", warnings, lambda: _gpu_window(rt))
+        if span is not None:
+            b = _guarded(f"rank {rt.rank}: time breakdown", warnings, lambda: breakdown.rank_breakdown(rt))
+            if b is not None:
+                e.update({k: _f(v) for k, v in b.to_dict().items()})
+            sm = _guarded(f"rank {rt.rank}: SM efficiency", warnings, lambda: occupancy.sm_metrics(rt, window=span))
+            if sm is not None:
+                e["sm_efficiency_pct"] = _f(sm.sm_efficiency_pct)
+                e["achieved_occupancy_pct"] = _f(sm.achieved_occupancy_pct)
+                if e["num_sms"] is None:
+                    e["num_sms"] = sm.num_sms
+            ib = _guarded(f"rank {rt.rank}: idle breakdown", warnings, lambda: idle.idle_breakdown(rt, span))
+            if ib:
+                e["idle_breakdown"] = {"host_bound_us": float(ib["host_bound_us"]),
+                                       "kernel_gap_us": float(ib["kernel_gap_us"]), "other_us": float(ib["other_us"])}
     else:
         e["cpu"] = _guarded(f"rank {rt.rank}: CPU breakdown", warnings, lambda: cpu_breakdown.cpu_breakdown(rt))
     return e
 
 
-def _kernels(rt: RankTrace, warnings: list[str]) -> list[dict[str, Any]]:
+def _kernels(rt: RankTrace, windows: Any, warnings: list[str]) -> list[dict[str, Any]]:
+    """The rank's kernel table over its analysed steps (kernels starting inside the device-aligned
+    step span; the whole trace when there are no steps), so that totals ÷ steps is the mean per
+    step the findings and ``traceread diff`` report."""
+    from dataclasses import replace
+
     from traceread.analysis import occupancy
 
-    kt = _guarded(f"rank {rt.rank}: kernel table", warnings, lambda: occupancy.kernel_table(rt))
+    span = windows.span if windows is not None else None
+    src = rt
+    if span is not None and rt.gpu.height:
+        src = replace(rt, gpu=rt.gpu.filter((pl.col("ts") >= span[0]) & (pl.col("ts") < span[1])))
+    kt = _guarded(f"rank {rt.rank}: kernel table", warnings, lambda: occupancy.kernel_table(src))
     if kt is None or kt.height == 0:
         return []
     by_time = kt.sort("total_us", descending=True).head(KERNELS_PER_RANK)
@@ -249,7 +276,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))
     return RankSummary(
         entry=entry, meta=rt.meta, file=rt.file, comm=comm, windows=wtab, step_frame=sf,
-        kernels=_kernels(rt, warnings),
+        kernels=_kernels(rt, windows, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
         warnings=warnings, host_self=host_self,
     )
@@ -438,7 +465,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         if isinstance(res, RankSummary):
             summaries.append(res)
             continue
-        if f not in found.explicit and res.message.startswith("not a Kineto trace"):
+        if found.skipped(f, res.message):
             warnings.append(f"skipped {f}: {res.message}")
             continue
         warnings.append(f"{f}: {res.message}")
@@ -592,13 +619,14 @@ def _formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> No
     (+ 12·L·s·d·D when --n-layers, --seq-len and --d-model are too: attention's score and value
     matmuls, which 6·N leaves out).
 
-    D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own mean
-    step time. Replaces the trace-counted MFU (which needs recorded shapes).
+    D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own median
+    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces the trace-counted MFU (which needs recorded shapes).
     """
     if not opts.params or not opts.tokens_per_step:
         return
     from traceread.analysis import mfu as mfu_mod
     from traceread.analysis.devices import lookup_device
+    from traceread.reports.stats import median_step_duration_us
 
     ranks = report.get("ranks") or []
     world = len(ranks) or 1
@@ -610,7 +638,10 @@ def _formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> No
         if match.spec is None:
             warnings.append(f"rank {e['rank']}: MFU needs the device's peak ({match.reason}); pass --device-spec")
             continue
-        step_s = float(e["window_us"]) / max(1, len(e.get("steps") or [])) / 1e6
+        step_us = median_step_duration_us(e)  # type: ignore[arg-type]
+        if not step_us:
+            continue
+        step_s = step_us / 1e6
         val = _guarded(f"rank {e['rank']}: formula MFU", warnings, lambda: mfu_mod.formula_mfu(
             opts.params, opts.tokens_per_step / world, step_s, match.spec, precision,
             opts.n_layers, opts.seq_len, opts.d_model))

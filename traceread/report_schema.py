@@ -26,6 +26,7 @@ class StepEntry(TypedDict, total=False):
     exposed_comm_us: float
     exposed_memcpy_us: float
     idle_us: float
+    host_bound_us: float | None  # idle in the step because the host launched late (analysis.idle)
 
 
 class IdleBreakdown(TypedDict):

@@ -159,3 +159,30 @@ def idle_breakdown(
         "kernel_gap_threshold_us": float(kernel_gap_threshold_us),
         "streams": streams,
     }
+
+
+def host_bound_per_window(
+    rt: RankTrace,
+    windows: list[tuple[float, float]],
+    *,
+    kernel_gap_threshold_us: float = KERNEL_GAP_THRESHOLD_US,
+) -> list[float] | None:
+    """Host-bound idle (µs) of the whole GPU inside each window (e.g. each step), gaps classified once.
+
+    Same classification as :func:`idle_breakdown` (the gaps of the all-stream union, classified on the
+    whole trace and then clipped), so for any window it equals ``idle_breakdown(rt, window)["host_bound_us"]``.
+    None when the trace has no GPU events.
+    """
+    gpu = device_gpu_rows(rt).sort("ts")
+    if gpu.height == 0:
+        return None
+    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    ts = snap_ns(gpu["ts"].to_numpy(), base)
+    end = snap_ns(gpu["end"].to_numpy(), base)
+    launch = snap_ns(_launch_ts(rt, gpu), base)
+    g_start, g_end, cls = _whole_gpu_gaps(ts, end, launch, kernel_gap_threshold_us * 1000.0)
+    out: list[float] = []
+    for lo_us, hi_us in windows:
+        lo, hi = float(snap_ns(lo_us, base)), float(snap_ns(hi_us, base))
+        out.append(_sum_by_class(g_start, g_end, cls, lo, hi)[HOST_BOUND] * 1e-3)
+    return out

@@ -3,10 +3,12 @@
 Both runs are reported with the same analysis as ``traceread report``; the comparison is then made
 on per-step numbers so runs with different step counts or rank counts still line up:
 
-* **step** — median over ranks of each rank's mean step time;
-* **breakdown** — median over ranks of compute / exposed comm / exposed memcpy / idle per step;
+* **step** — median over ranks of each rank's mean step time (mean of its ``steps[].duration_us``);
+* **breakdown** — median over ranks of compute / exposed comm / exposed memcpy / idle per step, each
+  rank's value being the mean over its step entries (never a whole-trace total ÷ steps);
 * **operators** — each operator's (name + input shapes) kernel time per step on the detailed rank;
-* **kernels** — each kernel's time per step per rank (``total_us ÷ ranks ÷ steps``), matched by name;
+* **kernels** — each kernel's time per step per rank (``total_us ÷ ranks ÷ steps``; the kernel table
+  covers the analysed steps), matched by name;
 * **collectives** — matched by (collective, message bytes): calls per step, latency, busbw.
 
 ``delta`` = B − A; ``pct`` = 100 · delta ÷ A (null when A is 0 or unknown). Rows are sorted by
