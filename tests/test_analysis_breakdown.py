@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rank_factory import make_rank
 
 from traceread.analysis.breakdown import (
     BREAKDOWN_FIELDS,
@@ -21,36 +21,9 @@ from traceread.analysis.breakdown import (
 )
 from traceread.analysis.idle import idle_breakdown
 from traceread.analysis.steps import device_steps
-from traceread.model import (
-    FLOW_SCHEMA,
-    GPU_SCHEMA,
-    HOST_SCHEMA,
-    STEP_SCHEMA,
-    RankMeta,
-    RankTrace,
-    empty_frame,
-)
+from traceread.model import RankTrace
 
 NAMES = {"comp": "void gemm_kernel", "comm": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "memset": "Memset"}
-
-
-def make_rank(
-    gpu: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    host: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    steps: list[tuple[int, float, float]] = (),  # type: ignore[assignment]
-) -> RankTrace:
-    """A RankTrace with exactly the model.py columns, from short row dicts (end = ts + dur)."""
-    host_rows = [{"row": i, "tid": 1, "depth": 0, **h, "end": h["ts"] + h["dur"]} for i, h in enumerate(host)]
-    gpu_rows = [{"kind": "kernel", "device": 0, "stream": 7, **g, "end": g["ts"] + g["dur"]} for g in gpu]
-    step_rows = [{"step": n, "ts": s, "dur": e - s, "end": e, "tid": 1} for n, s, e in steps]
-
-    def frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        if not rows:
-            return empty_frame(schema)
-        return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
-
-    return RankTrace(0, "hand-built", RankMeta(rank=0, device_id=0), frame(gpu_rows, GPU_SCHEMA),
-                     frame(host_rows, HOST_SCHEMA), frame(step_rows, STEP_SCHEMA), empty_frame(FLOW_SCHEMA))
 
 
 def gpu_event(cls: str, ts: int, dur: int, stream: int = 7, **extra: Any) -> dict[str, Any]:

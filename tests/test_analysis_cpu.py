@@ -10,30 +10,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from rank_factory import make_rank
 
 from traceread.analysis.cpu_breakdown import cpu_breakdown
-from traceread.model import (
-    FLOW_SCHEMA,
-    GPU_SCHEMA,
-    HOST_SCHEMA,
-    STEP_SCHEMA,
-    RankMeta,
-    RankTrace,
-    empty_frame,
-)
-
-
-def make_rank(host: list[dict[str, Any]], gpu: list[dict[str, Any]] = ()) -> RankTrace:  # type: ignore[assignment]
-    host_rows = [{"row": i, "depth": 0, **h, "end": h["ts"] + h["dur"]} for i, h in enumerate(host)]
-    gpu_rows = [{"kind": "kernel", "device": 0, "stream": 7, **g, "end": g["ts"] + g["dur"]} for g in gpu]
-
-    def frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        if not rows:
-            return empty_frame(schema)
-        return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
-
-    return RankTrace(0, "hand-built", RankMeta(rank=0), frame(gpu_rows, GPU_SCHEMA), frame(host_rows, HOST_SCHEMA),
-                     empty_frame(STEP_SCHEMA), empty_frame(FLOW_SCHEMA))
+from traceread.model import RankTrace
 
 
 def op(cat: str, name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
@@ -55,7 +35,7 @@ def test_hand_example() -> None:
         op("cpu_op", "aten::add", 50, 20),  # overlaps comm [50,62): compute only [62,70)
         op("cuda_runtime", "cudaLaunchKernel", 80, 5),  # not an op
     ]
-    out = cpu_breakdown(make_rank(host))
+    out = cpu_breakdown(make_rank(host=host))
     assert out is not None
     assert out["window_us"] == 100.0
     assert out["comm_us"] == 32.0  # [30,62)
@@ -72,8 +52,8 @@ def test_hand_example() -> None:
 
 
 def test_not_for_gpu_traces_or_empty() -> None:
-    assert cpu_breakdown(make_rank([op("cpu_op", "aten::mm", 0, 5)], [{"name": "k", "ts": 1.0, "dur": 1.0}])) is None
-    assert cpu_breakdown(make_rank([])) is None
+    assert cpu_breakdown(make_rank([{"name": "k", "ts": 1.0, "dur": 1.0}], [op("cpu_op", "aten::mm", 0, 5)])) is None
+    assert cpu_breakdown(make_rank()) is None
 
 
 def _read(path: Path) -> RankTrace:

@@ -11,40 +11,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from rank_factory import make_op_rank
 
 from traceread.analysis.devices import DEVICES
 from traceread.analysis.mfu import formula_mfu, model_flops_per_step, recompute_mask, trace_mfu
-from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, empty_frame
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"
 WINDOW_SCHEMA = {"step": pl.Int64, "start": pl.Float64, "end": pl.Float64, "duration": pl.Float64}
-
-
-def make_rt(host: list[dict[str, Any]], gpu: list[dict[str, Any]], steps: list[dict[str, Any]] | None = None) -> RankTrace:
-    h = []
-    for i, r in enumerate(host):
-        row = {k: None for k in HOST_SCHEMA}
-        row.update({"row": i, "cat": "cpu_op", "pid": 1, "tid": 1, "depth": 0})
-        row.update(r)
-        for k in ("input_dims", "input_types", "concrete_inputs"):
-            if isinstance(row[k], list):
-                row[k] = json.dumps(row[k])
-        row["end"] = row["ts"] + row["dur"]
-        h.append(row)
-    g = []
-    for r in gpu:
-        row = {k: None for k in GPU_SCHEMA}
-        row.update({"kind": "kernel", "device": 0, "stream": 7})
-        row.update(r)
-        row["end"] = row["ts"] + row["dur"]
-        g.append(row)
-    st = []
-    for s in steps or []:
-        st.append({**s, "end": s["ts"] + s["dur"], "tid": 1})
-    return RankTrace(rank=0, file="hand.json", meta=RankMeta(rank=0), gpu=pl.DataFrame(g, schema=GPU_SCHEMA),
-                     host=pl.DataFrame(h, schema=HOST_SCHEMA), steps=pl.DataFrame(st, schema=STEP_SCHEMA),
-                     flows=empty_frame(FLOW_SCHEMA))
 
 
 def mm(ts: float, n: int, **extra: Any) -> dict[str, Any]:
@@ -56,7 +30,7 @@ def test_trace_mfu_two_steps_exact() -> None:
     # (starting later than the host step, as device_steps does) give the durations.
     host = [mm(10.0, 8192), mm(1010.0, 8192), mm(1020.0, 8192), mm(5000.0, 8192)]  # last one is outside
     gpu = [{"name": "gemm", "ts": 100.0 + 1000 * i, "dur": 500.0, "op_row": i} for i in range(4)]
-    rt = make_rt(host, gpu, steps=[{"step": 1, "ts": 0.0, "dur": 1000.0}, {"step": 2, "ts": 1000.0, "dur": 1000.0}])
+    rt = make_op_rank(host, gpu, steps=[(1, 0.0, 1000.0), (2, 1000.0, 2000.0)])
     windows = pl.DataFrame({"step": [1, 2], "start": [50.0, 1100.0], "end": [1100.0, 2600.0],
                             "duration": [1050.0, 1500.0]}, schema=WINDOW_SCHEMA)
     r = trace_mfu(rt, windows, H100)
@@ -69,13 +43,13 @@ def test_trace_mfu_two_steps_exact() -> None:
 
 
 def test_trace_mfu_without_host_steps_uses_windows_and_unknown_device() -> None:
-    rt = make_rt([mm(10.0, 1024)], [{"name": "gemm", "ts": 20.0, "dur": 30.0, "op_row": 0}])
+    rt = make_op_rank([mm(10.0, 1024)], [{"name": "gemm", "ts": 20.0, "dur": 30.0, "op_row": 0}])
     windows = pl.DataFrame({"step": [-1], "start": [0.0], "end": [100.0], "duration": [100.0]}, schema=WINDOW_SCHEMA)
     r = trace_mfu(rt, windows, None)
     assert r.model_flops_per_step == 2.0 * 1024**3 and r.mfu_pct is None and "device" in r.note
     r2 = trace_mfu(rt, windows, H100)
     assert r2.mfu_pct == pytest.approx(100 * 2.0 * 1024**3 / (100e-6 * 989.4e12), rel=1e-12)
-    empty = trace_mfu(make_rt([], []), windows, H100)
+    empty = trace_mfu(make_op_rank([], []), windows, H100)
     assert empty.mfu_pct is None and "record_shapes" in empty.note
 
 
@@ -103,8 +77,8 @@ def test_recompute_excluded_from_mfu_included_in_hfu(reentrant: bool) -> None:
     if not reentrant:  # non-reentrant: the recompute runs under the MmBackward0 node of the saved tensor
         host[4]["parent"], host[4]["depth"] = 1, 1
         host[5]["depth"] = 2
-    rt = make_rt(host, [{"name": "gemm", "ts": 1000.0 + 10 * i, "dur": 5.0, "op_row": r}
-                        for i, r in enumerate([0, 3, 5])])
+    rt = make_op_rank(host, [{"name": "gemm", "ts": 1000.0 + 10 * i, "dur": 5.0, "op_row": r}
+                             for i, r in enumerate([0, 3, 5])])
     mask = recompute_mask(rt.host)
     # reentrant: the CheckpointFunctionBackward node (no kernels of its own) and the forward it re-runs
     assert np.flatnonzero(mask).tolist() == ([2, 3] if reentrant else [3])

@@ -12,38 +12,11 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rank_factory import make_rank
 
 from traceread.analysis.occupancy import kernel_table, sm_metrics
 from traceread.analysis.steps import device_steps
-from traceread.model import (
-    FLOW_SCHEMA,
-    GPU_SCHEMA,
-    HOST_SCHEMA,
-    STEP_SCHEMA,
-    RankMeta,
-    RankTrace,
-    empty_frame,
-)
-
-
-def make_rank(
-    gpu: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    host: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    steps: list[tuple[int, float, float]] = (),  # type: ignore[assignment]
-    num_sms: int | None = None,
-) -> RankTrace:
-    """A RankTrace with exactly the model.py columns, from short row dicts (end = ts + dur)."""
-    host_rows = [{"row": i, "tid": 1, "depth": 0, **h, "end": h["ts"] + h["dur"]} for i, h in enumerate(host)]
-    gpu_rows = [{"kind": "kernel", "device": 0, "stream": 7, **g, "end": g["ts"] + g["dur"]} for g in gpu]
-    step_rows = [{"step": n, "ts": s, "dur": e - s, "end": e, "tid": 1} for n, s, e in steps]
-
-    def frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        if not rows:
-            return empty_frame(schema)
-        return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
-
-    return RankTrace(0, "hand-built", RankMeta(rank=0, device_id=0, num_sms=num_sms), frame(gpu_rows, GPU_SCHEMA),
-                     frame(host_rows, HOST_SCHEMA), frame(step_rows, STEP_SCHEMA), empty_frame(FLOW_SCHEMA))
+from traceread.model import RankMeta, RankTrace
 
 
 def rt_launch(ts: float, dur: float) -> dict[str, Any]:
@@ -157,7 +130,7 @@ def test_rocm_blocks_per_sm_from_grid() -> None:
         {"name": "attn_fwd", "ts": 20.0, "dur": 10.0, "grid_x": 64, "grid_y": 16, "grid_z": 8,
          "block_x": 128, "block_y": 1, "block_z": 1},
     ]
-    rt = make_rank(gpu, num_sms=304)
+    rt = make_rank(gpu, meta=RankMeta(rank=0, device_id=0, num_sms=304))
     table = {r["name"]: r for r in kernel_table(rt).iter_rows(named=True)}
     assert table["Cijk_gemm"]["blocks_per_sm"] == pytest.approx(350208 / 256 / 304)  # 1368 blocks
     assert table["attn_fwd"]["blocks_per_sm"] == pytest.approx(64 * 16 * 8 / 304)

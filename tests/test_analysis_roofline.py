@@ -10,37 +10,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from rank_factory import make_op_rank
 
 from traceread.analysis.devices import DEVICES, device_for_meta
 from traceread.analysis.roofline import MAX_REPORT_OPS, operator_table, roofline_summary
-from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, empty_frame
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"
-
-
-def make_rt(host: list[dict[str, Any]], gpu: list[dict[str, Any]], steps: list[dict[str, Any]] | None = None) -> RankTrace:
-    """A RankTrace from compact host/gpu rows (missing columns are null; end = ts + dur)."""
-    h = []
-    for i, r in enumerate(host):
-        row = {k: None for k in HOST_SCHEMA}
-        row.update({"row": i, "cat": "cpu_op", "pid": 1, "tid": 1, "depth": 0})
-        row.update(r)
-        for k in ("input_dims", "input_types", "concrete_inputs"):
-            if isinstance(row[k], list):
-                row[k] = json.dumps(row[k])
-        row["end"] = row["ts"] + row["dur"]
-        h.append(row)
-    g = []
-    for r in gpu:
-        row = {k: None for k in GPU_SCHEMA}
-        row.update({"kind": "kernel", "device": 0, "stream": 7})
-        row.update(r)
-        row["end"] = row["ts"] + row["dur"]
-        g.append(row)
-    st = pl.DataFrame(steps or [], schema=STEP_SCHEMA)
-    return RankTrace(rank=0, file="hand.json", meta=RankMeta(rank=0), gpu=pl.DataFrame(g, schema=GPU_SCHEMA),
-                     host=pl.DataFrame(h, schema=HOST_SCHEMA), steps=st, flows=empty_frame(FLOW_SCHEMA))
 
 
 def mm_host(ts: float, m: int, k: int, n: int, **extra: Any) -> dict[str, Any]:
@@ -49,9 +25,9 @@ def mm_host(ts: float, m: int, k: int, n: int, **extra: Any) -> dict[str, Any]:
 
 def test_union_time_and_roofline_numbers_exact() -> None:
     # one bf16 GEMM whose two kernels overlap on two streams: busy = [0, 150) -> 150 us
-    rt = make_rt([mm_host(0.0, 4096, 4096, 4096)],
-                 [{"name": "sm90_gemm_a", "ts": 100.0, "dur": 100.0, "op_row": 0},
-                  {"name": "sm90_gemm_b", "ts": 150.0, "dur": 100.0, "op_row": 0, "stream": 8}])
+    rt = make_op_rank([mm_host(0.0, 4096, 4096, 4096)],
+                      [{"name": "sm90_gemm_a", "ts": 100.0, "dur": 100.0, "op_row": 0},
+                       {"name": "sm90_gemm_b", "ts": 150.0, "dur": 100.0, "op_row": 0, "stream": 8}])
     ops = operator_table(rt, H100)
     assert ops.height == 1
     r = ops.row(0, named=True)
@@ -74,8 +50,8 @@ def test_memory_bound_op_and_zero_flop_copy() -> None:
         {"name": "aten::copy_", "ts": 10.0, "dur": 5.0, "input_dims": [[1 << 20], [1 << 20], []],
          "input_types": [BF, BF, "Scalar"]},
     ]
-    rt = make_rt(host, [{"name": "elementwise", "ts": 20.0, "dur": 4.0, "op_row": 0},
-                        {"name": "copy", "ts": 30.0, "dur": 2.0, "op_row": 1}])
+    rt = make_op_rank(host, [{"name": "elementwise", "ts": 20.0, "dur": 4.0, "op_row": 0},
+                             {"name": "copy", "ts": 30.0, "dur": 2.0, "op_row": 1}])
     ops = operator_table(rt, H100).sort("row")
     add, cp = ops.row(0, named=True), ops.row(1, named=True)
     n = 1 << 20
@@ -110,7 +86,7 @@ def test_kernel_goes_to_nearest_modelled_ancestor_once() -> None:
         {"kind": "memcpy", "name": "Memcpy DtoD", "ts": 290.0, "dur": 5.0, "op_row": 5},
         {"name": "no_op_kernel", "ts": 300.0, "dur": 1.0, "op_row": None},
     ]
-    ops = operator_table(make_rt(host, gpu), H100).sort("row")
+    ops = operator_table(make_op_rank(host, gpu), H100).sort("row")
     assert ops["name"].to_list() == ["aten::addmm", "aten::embedding"]
     assert ops["kernel_time_us"].to_list() == [10.0, 3.0]
     assert ops["flops"][0] == 2 * 64 * 256 * 128
@@ -119,21 +95,21 @@ def test_kernel_goes_to_nearest_modelled_ancestor_once() -> None:
 def test_tf32_kernel_names_and_precision_fallback() -> None:
     host = [{"name": "aten::mm", "ts": 0.0, "dur": 1.0, "input_dims": [[256, 256], [256, 256]],
              "input_types": ["float", "float"]}]
-    rt = make_rt(host, [{"name": "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16", "ts": 5.0, "dur": 8.0,
-                         "op_row": 0}])
+    rt = make_op_rank(host, [{"name": "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16", "ts": 5.0,
+                              "dur": 8.0, "op_row": 0}])
     a100 = DEVICES["a100-sxm-80gb"]
     r = operator_table(rt, a100).row(0, named=True)
     assert r["precision"] == "tf32" and r["peak_tflops"] == 156.0
-    plain = make_rt(host, [{"name": "ampere_sgemm_128x64_nn", "ts": 5.0, "dur": 8.0, "op_row": 0}])
+    plain = make_op_rank(host, [{"name": "ampere_sgemm_128x64_nn", "ts": 5.0, "dur": 8.0, "op_row": 0}])
     assert operator_table(plain, a100).row(0, named=True)["precision"] == "fp32"
     # bf16 GEMM on a V100: no bf16 tensor cores -> FP32 ceiling, said so
-    bf = make_rt([mm_host(0.0, 256, 256, 256)], [{"name": "volta_gemm", "ts": 5.0, "dur": 8.0, "op_row": 0}])
+    bf = make_op_rank([mm_host(0.0, 256, 256, 256)], [{"name": "volta_gemm", "ts": 5.0, "dur": 8.0, "op_row": 0}])
     v = operator_table(bf, DEVICES["v100-sxm2"]).row(0, named=True)
     assert v["peak_tflops"] == 15.7 and "no bf16 units" in v["ceiling"]
 
 
 def test_unknown_device_keeps_achieved_rates() -> None:
-    rt = make_rt([mm_host(0.0, 512, 512, 512)], [{"name": "gemm", "ts": 5.0, "dur": 10.0, "op_row": 0}])
+    rt = make_op_rank([mm_host(0.0, 512, 512, 512)], [{"name": "gemm", "ts": 5.0, "dur": 10.0, "op_row": 0}])
     r = operator_table(rt, None).row(0, named=True)
     assert r["achieved_tflops"] == pytest.approx(2 * 512**3 / 10e-6 / 1e12)
     assert r["bound"] is None and r["pct_of_roof"] is None and r["ceiling"] is None
@@ -148,14 +124,14 @@ def test_summary_aggregates_and_bounds() -> None:
         gpu.append({"name": "gemm", "ts": 10_000.0 + i * 10, "dur": 1.0 + i, "op_row": i})
     host.append(mm_host(5000.0, 64, 64, 64))  # a second call of the first shape
     gpu.append({"name": "gemm", "ts": 20_000.0, "dur": 3.0, "op_row": len(host) - 1})
-    s = roofline_summary(make_rt(host, gpu), H100)
+    s = roofline_summary(make_op_rank(host, gpu), H100)
     assert len(s["ops"]) == MAX_REPORT_OPS
     assert s["ops"][0]["kernel_time_us"] == 1.0 + MAX_REPORT_OPS + 19  # sorted by time
     fam = s["families"]
     assert [f["family"] for f in fam] == ["gemm"] and fam[0]["calls"] == MAX_REPORT_OPS + 21
     total_t = sum(1.0 + i for i in range(MAX_REPORT_OPS + 20)) + 3.0
     assert fam[0]["kernel_time_us"] == pytest.approx(total_t)
-    roof_us = sum(r["pct_of_roof"] * r["kernel_time_us"] / 100 for r in operator_table(make_rt(host, gpu), H100)
+    roof_us = sum(r["pct_of_roof"] * r["kernel_time_us"] / 100 for r in operator_table(make_op_rank(host, gpu), H100)
                   .iter_rows(named=True))
     assert fam[0]["pct_of_roof"] == pytest.approx(100 * roof_us / total_t, rel=1e-12)
     # the smallest shape falls out of the top-N even with its 2 calls (1 + 3 us)
@@ -296,8 +272,8 @@ def test_attention_backward_takes_causal_flag_from_forward() -> None:
     node = {"name": "ScaledDotProductFlashAttentionBackward0", "ts": 100.0, "dur": 50.0, "seq_num": 7, "fwd_tid": 1}
     bwd = {"name": "aten::_scaled_dot_product_flash_attention_backward", "ts": 101.0, "dur": 40.0, "depth": 1,
            "parent": 1, "input_dims": [q, q, q, q, q, [1, 4, 256]], "input_types": [BF] * 5 + ["float"]}
-    rt = make_rt([fwd, node, bwd], [{"name": "flash_fwd", "ts": 200.0, "dur": 10.0, "op_row": 0},
-                                    {"name": "flash_bwd", "ts": 220.0, "dur": 25.0, "op_row": 2}])
+    rt = make_op_rank([fwd, node, bwd], [{"name": "flash_fwd", "ts": 200.0, "dur": 10.0, "op_row": 0},
+                                         {"name": "flash_bwd", "ts": 220.0, "dur": 25.0, "op_row": 2}])
     ops = operator_table(rt, H100).sort("row")
     pairs = 256 * 257 // 2
     assert ops["flops"].to_list() == [4 * 4 * pairs * 64, 10 * 4 * pairs * 64]

@@ -6,45 +6,9 @@ from typing import Any
 
 import polars as pl
 import pytest
+from rank_factory import make_rank
 
 from traceread.analysis.steps import NO_MARKER_STEP, device_steps
-from traceread.model import (
-    FLOW_SCHEMA,
-    GPU_SCHEMA,
-    HOST_SCHEMA,
-    STEP_SCHEMA,
-    RankMeta,
-    RankTrace,
-    empty_frame,
-)
-
-
-def make_rank(
-    gpu: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    host: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    steps: list[tuple[int, float, float]] = (),  # type: ignore[assignment]
-) -> RankTrace:
-    """A RankTrace with exactly the model.py columns, from short row dicts (end = ts + dur)."""
-    host_rows = [
-        {"row": i, "tid": 1, "depth": 0, **h, "end": h["ts"] + h["dur"]} for i, h in enumerate(host)
-    ]
-    gpu_rows = [{"kind": "kernel", "device": 0, "stream": 7, **g, "end": g["ts"] + g["dur"]} for g in gpu]
-    step_rows = [{"step": n, "ts": s, "dur": e - s, "end": e, "tid": 1} for n, s, e in steps]
-
-    def frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        if not rows:
-            return empty_frame(schema)
-        return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
-
-    return RankTrace(
-        rank=0,
-        file="hand-built",
-        meta=RankMeta(rank=0, device_id=0),
-        gpu=frame(gpu_rows, GPU_SCHEMA),
-        host=frame(host_rows, HOST_SCHEMA),
-        steps=frame(step_rows, STEP_SCHEMA),
-        flows=empty_frame(FLOW_SCHEMA),
-    )
 
 
 def launch(ts: float, dur: float = 2.0) -> dict[str, Any]:

@@ -60,6 +60,18 @@ def _launch_ts(rt: RankTrace, gpu: pl.DataFrame) -> np.ndarray:
     return out
 
 
+def _snapped_gpu(rt: RankTrace) -> tuple[pl.DataFrame, float, np.ndarray, np.ndarray, np.ndarray] | None:
+    """This device's GPU rows by start, with start, end and launch time in whole nanoseconds after
+    the first activity (as in the breakdown, so the split is exact; NaN launch stays NaN); None
+    when there are none."""
+    gpu = device_gpu_rows(rt).sort("ts")
+    if gpu.height == 0:
+        return None
+    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    return (gpu, base, snap_ns(gpu["ts"].to_numpy(), base), snap_ns(gpu["end"].to_numpy(), base),
+            snap_ns(_launch_ts(rt, gpu), base))
+
+
 def _classify(
     gap_start: np.ndarray, gap_len: np.ndarray, next_launch: np.ndarray, threshold: float
 ) -> np.ndarray:
@@ -112,14 +124,10 @@ def idle_breakdown(
     "kernel_gap_threshold_us", "streams": [{"stream", "host_bound_us", "kernel_gap_us",
     "other_us", "idle_us"}, ...]}``, or None when the trace has no GPU events.
     """
-    gpu = device_gpu_rows(rt).sort("ts")
-    if gpu.height == 0:
+    snapped = _snapped_gpu(rt)
+    if snapped is None:
         return None
-    # Whole nanoseconds after the first activity (as in the breakdown), so the split is exact.
-    base = float(gpu["ts"].min())  # type: ignore[arg-type]
-    ts = snap_ns(gpu["ts"].to_numpy(), base)
-    end = snap_ns(gpu["end"].to_numpy(), base)
-    launch = snap_ns(_launch_ts(rt, gpu), base)  # NaN stays NaN
+    gpu, base, ts, end, launch = snapped
     threshold = kernel_gap_threshold_us * 1000.0
     lo_us, hi_us = window if window is not None else (base, float(gpu["end"].max()))  # type: ignore[arg-type]
     lo, hi = float(snap_ns(lo_us, base)), float(snap_ns(hi_us, base))
@@ -173,13 +181,10 @@ def host_bound_per_window(
     whole trace and then clipped), so for any window it equals ``idle_breakdown(rt, window)["host_bound_us"]``.
     None when the trace has no GPU events.
     """
-    gpu = device_gpu_rows(rt).sort("ts")
-    if gpu.height == 0:
+    snapped = _snapped_gpu(rt)
+    if snapped is None:
         return None
-    base = float(gpu["ts"].min())  # type: ignore[arg-type]
-    ts = snap_ns(gpu["ts"].to_numpy(), base)
-    end = snap_ns(gpu["end"].to_numpy(), base)
-    launch = snap_ns(_launch_ts(rt, gpu), base)
+    _gpu, base, ts, end, launch = snapped
     g_start, g_end, cls = _whole_gpu_gaps(ts, end, launch, kernel_gap_threshold_us * 1000.0)
     out: list[float] = []
     for lo_us, hi_us in windows:

@@ -19,6 +19,8 @@ NON_TRACE_FILES = frozenset(
     {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json"}
 )
 NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress"})
+#: How the decoder's message starts when a JSON file is not a trace (traceread.reader.decode).
+NOT_A_TRACE = "not a Kineto trace"
 
 
 @dataclass
@@ -29,6 +31,12 @@ class Found:
     explicit: set[Path] = field(default_factory=set)
     run_json: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+
+    def skipped(self, f: Path, reason: str) -> bool:
+        """Whether a file that failed to read is passed over with a note instead of counted as a
+        failed rank: a folder walk picks up any ``*.json``, and one that is not a Kineto trace (the
+        decoder's message starts so) is not a rank the user asked for; a file they named always is."""
+        return f not in self.explicit and reason.startswith(NOT_A_TRACE)
 
 
 def is_trace_name(name: str) -> bool:

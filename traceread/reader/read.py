@@ -81,7 +81,7 @@ def read_traces(
             ok.append(res)
             continue
         reason = res.message
-        if f not in found.explicit and reason.startswith("not a Kineto trace"):
+        if found.skipped(f, reason):
             ts.warnings.append(f"skipped {f}: {reason}")
             continue
         rank = rank_from_name(f)

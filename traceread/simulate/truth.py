@@ -114,6 +114,15 @@ def _pct(a: float, b: float) -> float:
     return 100.0 * a / b if b else 0.0
 
 
+#: The parts of a window that truth.json reports for a rank and for each of its steps, in µs.
+_WINDOW_PARTS = ("compute", "comm", "exposed_comm", "memcpy", "exposed_memcpy", "idle")
+
+
+def _breakdown_us(b: dict[str, int]) -> dict[str, float]:
+    """``compute_us`` ... ``idle_us`` of one :func:`breakdown`, the same keys for rank and step."""
+    return {f"{k}_us": _us(b[k]) for k in _WINDOW_PARTS}
+
+
 # ---- truth ------------------------------------------------------------------------------------------
 
 
@@ -154,12 +163,7 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
             "step": step,
             "start_us": _us(s, base_ns),
             "duration_us": _us(e - s),
-            "compute_us": _us(sb["compute"]),
-            "comm_us": _us(sb["comm"]),
-            "exposed_comm_us": _us(sb["exposed_comm"]),
-            "memcpy_us": _us(sb["memcpy"]),
-            "exposed_memcpy_us": _us(sb["exposed_memcpy"]),
-            "idle_us": _us(sb["idle"]),
+            **_breakdown_us(sb),
             "sm_efficiency_pct": sm_efficiency(kern, s, e),  # type: ignore[arg-type]
             "model_flops": model_step,
             "hardware_flops": hw_step,
@@ -173,12 +177,7 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
     return {
         "window_us": _us(b["window"]),
         "window_start_us": _us(lo, base_ns),  # type: ignore[arg-type]
-        "compute_us": _us(b["compute"]),
-        "comm_us": _us(b["comm"]),
-        "exposed_comm_us": _us(b["exposed_comm"]),
-        "memcpy_us": _us(b["memcpy"]),
-        "exposed_memcpy_us": _us(b["exposed_memcpy"]),
-        "idle_us": _us(b["idle"]),
+        **_breakdown_us(b),
         "gpu_busy_us": _us(b["busy"]),
         "comm_overlap_pct": _pct(b["overlap"], b["comm"]),
         "sm_efficiency_pct": sm_efficiency(kern, lo, hi),  # type: ignore[arg-type]
