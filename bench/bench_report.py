@@ -4,7 +4,8 @@ Two measurements, each run in a fresh process whose whole process tree (the repo
 processes included) is sampled from /proc every 0.2 s for peak resident memory:
 
 ``large``  the 8-rank folder from ``bench/make_large.py`` (real DLRM job tiled to >= 40 MB per
-           rank), traceread's whole report (cold: no parse cache; warm: cache filled) against HTA's
+           rank), traceread's whole report (cold: no cache; warm: parse and summary caches filled;
+           parse cache only: summary cache removed) against HTA's
            ``TraceAnalysis`` load + temporal breakdown + comm/comp overlap + idle-time breakdown.
 ``scale``  a simulated 1024-rank DDP job with small steps, reported end to end; the target is to
            stay within 24 GiB on the whole tree.
@@ -138,12 +139,25 @@ def bench_large(folder: Path, workers: int, hta: bool) -> None:
     print(json.dumps({"folder": str(folder), "ranks": len(sizes), "gz_mb_per_rank": round(sum(sizes) / len(sizes) / 1e6, 1)}))
     cold = measure([sys.executable, "-c", TRACEREAD_CODE, str(folder), "0", str(workers)])
     print(json.dumps({"tool": "traceread report (no cache)", **cold}))
-    measure([sys.executable, "-c", TRACEREAD_CODE, str(folder), "1", str(workers)])  # fill the cache
+    measure([sys.executable, "-c", TRACEREAD_CODE, str(folder), "1", str(workers)])  # fill the caches
     warm = measure([sys.executable, "-c", TRACEREAD_CODE, str(folder), "1", str(workers)])
-    print(json.dumps({"tool": "traceread report (parse cache warm)", **warm}))
+    print(json.dumps({"tool": "traceread report (parse + summary cache warm)", **warm}))
+    _drop_summaries()
+    parse_only = measure([sys.executable, "-c", TRACEREAD_CODE, str(folder), "1", str(workers)])
+    print(json.dumps({"tool": "traceread report (parse cache warm, no summary cache)", **parse_only}))
     if hta:
         res = measure([sys.executable, "-c", HTA_CODE, str(folder)])
         print(json.dumps({"tool": "HTA load + temporal + overlap + idle", **res}))
+
+
+def _drop_summaries() -> None:
+    """Remove the per-rank summary cache (traceread.analyze), keeping the parse cache."""
+    import shutil
+
+    from traceread.analyze import SUMMARY_FOLDER
+    from traceread.reader.cache import cache_root
+
+    shutil.rmtree(cache_root() / SUMMARY_FOLDER, ignore_errors=True)
 
 
 def bench_scale(ranks: int, steps: int, workers: int) -> None:

@@ -1,11 +1,13 @@
 """Traces in, report document out: read every rank, run every analysis, assemble :class:`Report`.
 
 Memory: a rank's full tables are needed only while that rank is summarised. Each rank is read and
-reduced, in a worker process, to its :class:`RankEntry` plus small extracts (communication events,
-step windows, per-step breakdown, top kernels); the tables are then dropped. The cross-rank analyses
-(collective matching, clocks, bandwidth, stragglers, pipeline, slow steps) run on the extracts, so a
-1024-rank job needs memory for the extracts, not for 1024 traces. Only the ranks of the detected
-pipeline are read a second time (from the parse cache) for the bubble.
+reduced (in a worker process when it must be parsed, in this process when it is in the parse cache)
+to its :class:`RankEntry` plus small extracts (communication events, step windows, per-step
+breakdown, top kernels); the tables are then dropped. The cross-rank analyses (collective matching,
+clocks, bandwidth, stragglers, pipeline, slow steps) run on the extracts, so a 1024-rank job needs
+memory for the extracts, not for 1024 traces. The summaries are kept in the summary cache
+(:func:`load_summary`), so a second report of the same files skips the per-rank work. Only the
+ranks of the detected pipeline are read a second time (from the parse cache) for the bubble.
 
 Robustness: every analysis runs under :func:`_guarded`; one that fails or lacks data leaves its part
 of the document null/empty and adds a warning. Only "no trace could be read at all" is an error
@@ -14,9 +16,14 @@ of the document null/empty and adds a warning. Only "no trace could be read at a
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import multiprocessing
 import os
+import pickle
+import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -282,9 +289,94 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
     )
 
 
+# ------------------------------------------------------------------------------------------------
+# summary cache: a rank's RankSummary, next to the parse cache, so that a second report of the same
+# run reads a few kB per rank instead of re-running every per-rank analysis.
+
+SUMMARY_FOLDER = "summaries"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of everything a rank summary depends on besides its file: the source of the
+    ``traceread`` package (reader and analyses), Python, polars and numpy versions. Any edit or
+    upgrade makes every cached summary a miss."""
+    h = hashlib.sha256(f"{sys.version}|{pl.__version__}|{np.__version__}".encode())
+    pkg = Path(__file__).resolve().parent
+    for p in sorted(pkg.rglob("*")):
+        if p.suffix in (".py", ".json", ".toml", ".csv") and "__pycache__" not in p.parts and p.is_file():
+            h.update(str(p.relative_to(pkg)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _summary_key(path: str, spec_file: str | None, detail: bool, fingerprint: str) -> dict[str, Any] | None:
+    """What a cached summary must match: the path as given (it is in the entry), the file as it is
+    now (size, mtime), the code, the --device-spec file's bytes and whether it has the roofline."""
+    try:
+        p = Path(path)
+        st = p.stat()
+        spec = hashlib.sha256(Path(spec_file).read_bytes()).hexdigest() if spec_file else None
+        return {"path": path, "abs": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                "code": fingerprint, "spec": spec, "detail": detail}
+    except OSError:
+        return None
+
+
+def _summary_file(cache_dir: str | None, key: dict[str, Any]) -> Path:
+    from traceread.reader.cache import cache_root
+
+    name = hashlib.sha256(f"{key['abs']}|{key['path']}|{key['detail']}".encode()).hexdigest()[:24]
+    return cache_root(Path(cache_dir) if cache_dir else None) / SUMMARY_FOLDER / f"{name}.pkl"
+
+
+def load_summary(path: str, cache_dir: str | None, spec_file: str | None, detail: bool,
+                 fingerprint: str) -> RankSummary | None:
+    """The cached summary of ``path`` when its key still matches, else None (never raises)."""
+    try:
+        key = _summary_key(path, spec_file, detail, fingerprint)
+        if key is None:
+            return None
+        with open(_summary_file(cache_dir, key), "rb") as fh:
+            got_key, summary = pickle.load(fh)
+        return summary if got_key == key and isinstance(summary, RankSummary) else None
+    except Exception:  # noqa: BLE001 - a missing/corrupt/foreign entry is a miss
+        return None
+
+
+def store_summary(summary: RankSummary, key: dict[str, Any], cache_dir: str | None) -> None:
+    """Write the summary under ``key`` (:func:`_summary_key`, taken before the file was read, so a
+    file rewritten meanwhile is a miss next time) atomically; any trouble is silently skipped."""
+    try:
+        dest = _summary_file(cache_dir, key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=dest.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump((key, summary), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, dest)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except Exception:  # noqa: BLE001 - caching is an optimisation only
+        return
+
+
 def _summarise_path(path: str, use_cache: bool, cache_dir: str | None, spec_file: str | None,
-                    detail: bool) -> RankSummary | TraceFileError:
-    """Worker entry point: read one file and summarise it; a bad file comes back as the error."""
+                    detail: bool, fingerprint: str | None = None) -> RankSummary | TraceFileError:
+    """Worker entry point: read one file and summarise it; a bad file comes back as the error.
+
+    With ``use_cache`` and a ``fingerprint`` (:func:`code_fingerprint`) the summary is also written
+    to the summary cache."""
+    key = _summary_key(path, spec_file, detail, fingerprint) if use_cache and fingerprint else None
+    summary = _summarise_uncached(path, use_cache, cache_dir, spec_file, detail)
+    if key is not None and isinstance(summary, RankSummary):
+        store_summary(summary, key, cache_dir)
+    return summary
+
+
+def _summarise_uncached(path: str, use_cache: bool, cache_dir: str | None, spec_file: str | None,
+                        detail: bool) -> RankSummary | TraceFileError:
     from traceread.reader import read_rank
     from traceread.reader.ranks import identify
 
@@ -322,23 +414,82 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Callable[[str],
         yield lambda d: bar.update(task, advance=1, description=d)
 
 
+#: Ranks already in the parse cache that are summarised in this process instead of in a worker:
+#: their work (tens of ms each) is far below a spawned worker's start-up (re-importing polars and
+#: numpy, ~0.5 s). Beyond this many, the rest go to the worker pool for parallelism.
+IN_PROCESS_CACHED = 64
+
+
+def _in_cache(path: Path, opts: ReportOptions) -> bool:
+    """True when ``path``'s parse-cache entry matches the file as it is now (a read is cheap)."""
+    if not opts.use_cache:
+        return False
+    try:
+        from traceread.reader import cache
+
+        d = cache.entry_dir(cache.cache_root(opts.cache_dir), path)
+        return bool(json.loads((d / "meta.json").read_text()).get("key") == cache.file_key(path))
+    except Exception:  # noqa: BLE001 - any doubt: treat as not cached (parse in a worker)
+        return False
+
+
+def _summarise_local(files: list[Path], args: tuple[Any, ...], fingerprint: str | None, detail: dict[Path, bool],
+                     threads: int, out: dict[Path, RankSummary | TraceFileError],
+                     advance: Callable[[str], None]) -> None:
+    """Summarise parse-cached ranks in this process, ``threads`` at a time (polars and the parquet
+    reader release the GIL, so two ranks overlap on two cores)."""
+    if threads <= 1 or len(files) <= 1:
+        for f in files:
+            out[f] = _summarise_path(str(f), *args, detail[f], fingerprint)
+            advance(f.name)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futs = {f: pool.submit(_summarise_path, str(f), *args, detail[f], fingerprint) for f in files}
+        for f, fut in futs.items():
+            out[f] = fut.result()
+            advance(f.name)
+
+
 def _summarise_all(files: list[Path], opts: ReportOptions) -> dict[Path, RankSummary | TraceFileError]:
+    """Summarise every file: from the summary cache when it matches, else parse-cached ranks in this
+    process and ranks to parse in spawned workers, both at once (the main thread works through the
+    cached ranks while the workers parse). The first file (in ``files`` order) also gets the
+    roofline detail."""
     n = len(files)
     workers = opts.workers if opts.workers is not None else min(os.cpu_count() or 1, n)
     workers = max(1, min(workers, n))
-    args = (opts.use_cache, str(opts.cache_dir) if opts.cache_dir else None,
-            str(opts.device_spec) if opts.device_spec else None)
+    cache_dir = str(opts.cache_dir) if opts.cache_dir else None
+    spec_file = str(opts.device_spec) if opts.device_spec else None
+    fingerprint = _guarded("code fingerprint", [], code_fingerprint) if opts.use_cache else None
+    args = (opts.use_cache, cache_dir, spec_file)
+    detail = {f: i == 0 for i, f in enumerate(files)}
     out: dict[Path, RankSummary | TraceFileError] = {}
     with _progress(opts.progress, n, "analysing ranks") as advance:
+        if fingerprint:
+            for f in files:
+                hit = load_summary(str(f), cache_dir, spec_file, detail[f], fingerprint)
+                if hit is not None:
+                    out[f] = hit
+                    advance(f.name)
+        todo = [f for f in files if f not in out]
         if workers == 1:
-            for i, f in enumerate(files):
-                out[f] = _summarise_path(str(f), *args, i == 0)
+            for f in todo:
+                out[f] = _summarise_path(str(f), *args, detail[f], fingerprint)
                 advance(f.name)
             return out
+        local = [f for f in todo if _in_cache(f, opts)][:IN_PROCESS_CACHED]
+        local_set = set(local)
+        pooled = [f for f in todo if f not in local_set]
+        if not pooled:
+            _summarise_local(local, args, fingerprint, detail, workers, out, advance)
+            return out
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futs: dict[Future[Any], Path] = {pool.submit(_summarise_path, str(f), *args, i == 0): f
-                                              for i, f in enumerate(files)}
+        with ProcessPoolExecutor(max_workers=min(workers, len(pooled)), mp_context=ctx) as pool:
+            futs: dict[Future[Any], Path] = {pool.submit(_summarise_path, str(f), *args, detail[f], fingerprint): f
+                                              for f in pooled}
+            _summarise_local(local, args, fingerprint, detail, 1, out, advance)
             pending = set(futs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -124,16 +124,30 @@ def _ancestor_op(host: pl.DataFrame, rows: list[int | None]) -> list[tuple[str |
     tensor ``record_param_comms`` was given (its ``Input Dims``/``Input type``)."""
     if host.height == 0:
         return [(None, None, None)] * len(rows)
-    names = host["name"].to_list()
-    parents = host["parent"].to_list()
-    colls = host["coll_name"].to_list()
-    dims = host["input_dims"].to_list()
-    types = host["input_types"].to_list()
+    n = host.height
+    # Only the rows on the walked chains (≤ 64 hops up from each start) are read into Python.
+    par = host["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    front = np.array([r for r in rows if r is not None], dtype=np.int64)
+    seen: list[np.ndarray] = []
+    for _ in range(64):
+        front = np.unique(front[(front >= 0) & (front < n)])
+        if front.size == 0:
+            break
+        seen.append(front)
+        front = par[front]
+    idx = np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)
+    sub = host.select("name", "parent", "coll_name", "input_dims", "input_types")[pl.Series(idx)]
+    keys = idx.tolist()
+    names = dict(zip(keys, sub["name"].to_list()))
+    parents = dict(zip(keys, sub["parent"].to_list()))
+    colls = dict(zip(keys, sub["coll_name"].to_list()))
+    dims = dict(zip(keys, sub["input_dims"].to_list()))
+    types = dict(zip(keys, sub["input_types"].to_list()))
     out: list[tuple[str | None, int | None, str | None]] = []
     for row in rows:
         found, nelems, dtype = None, None, None
         hops = 0
-        while row is not None and 0 <= row < len(names) and hops < 64:
+        while row is not None and 0 <= row < n and hops < 64:
             nm = names[row]
             if nelems is None and nm and (nm == "record_param_comms" or nm.startswith("nccl:")):
                 nelems, dtype = _single_tensor(dims[row], types[row])

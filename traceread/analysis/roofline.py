@@ -115,26 +115,45 @@ def propagate_down(parent: np.ndarray, depth: np.ndarray, own: np.ndarray) -> np
     return out
 
 
-def op_costs(host: pl.DataFrame) -> dict[int, OpCost]:
-    """Cost of every ``cpu_op`` row that has a formula and readable shapes (memoised by args)."""
+_COST_KEYS = ["name", "input_dims", "input_types", "concrete_inputs", "_hint"]
+
+
+def _cost_index(host: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[OpCost | None]]:
+    """``(rows, idx, costs)``: host rows that have a cost and, per row, its index into ``costs``.
+
+    :func:`op_cost` runs once per distinct (name, args, causal hint): a trace repeats the same
+    calls every step, so this is a few thousand formula evaluations for 10⁵ rows.
+    """
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), [])
     cand = host.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()).select(
         "row", "name", "input_dims", "input_types", "concrete_inputs"
     )
-    names = cand["name"].to_list()
-    keep = [is_supported(n) for n in names]
-    cand = cand.filter(pl.Series(keep, dtype=pl.Boolean)) if cand.height else cand
+    if cand.height == 0:
+        return empty
+    supported = [n for n in cand["name"].unique().to_list() if is_supported(n)]
+    cand = cand.filter(pl.col("name").is_in(supported))
+    if cand.height == 0:
+        return empty
     hints = _causal_hints(host, cand)
-    out: dict[int, OpCost] = {}
-    memo: dict[tuple[Any, ...], OpCost | None] = {}
-    for row, name, dims, types, conc in cand.iter_rows():
-        hint = hints.get(int(row))
-        key = (name, dims, types, conc, hint)
-        if key not in memo:
-            memo[key] = op_cost(name, dims, types, conc, causal_hint=hint)
-        c = memo[key]
-        if c is not None:
-            out[int(row)] = c
-    return out
+    if hints:
+        cand = cand.with_columns(pl.col("row").replace_strict(
+            list(hints.keys()), list(hints.values()), default=None, return_dtype=pl.Boolean).alias("_hint"))
+    else:
+        cand = cand.with_columns(pl.lit(None, pl.Boolean).alias("_hint"))
+    groups = cand.group_by(_COST_KEYS, maintain_order=True).agg(pl.col("row"))
+    costs = [op_cost(n, d, t, c, causal_hint=h) for n, d, t, c, h in groups.select(_COST_KEYS).iter_rows()]
+    ok = [i for i, c in enumerate(costs) if c is not None]
+    if not ok:
+        return empty
+    flat = (groups.select("row").with_row_index("_g").filter(pl.col("_g").is_in(ok))
+            .explode("row").sort("row"))
+    return (flat["row"].to_numpy().astype(np.int64), flat["_g"].to_numpy().astype(np.int64), costs)
+
+
+def op_costs(host: pl.DataFrame) -> dict[int, OpCost]:
+    """Cost of every ``cpu_op`` row that has a formula and readable shapes (memoised by args)."""
+    rows, idx, costs = _cost_index(host)
+    return {int(r): costs[i] for r, i in zip(rows.tolist(), idx.tolist())}  # type: ignore[misc]
 
 
 def _causal_hints(host: pl.DataFrame, cand: pl.DataFrame) -> dict[int, bool]:
@@ -144,8 +163,12 @@ def _causal_hints(host: pl.DataFrame, cand: pl.DataFrame) -> dict[int, bool]:
     carries the forward op's ``Sequence number``; the forward attention op with that number says
     whether it was causal (TraceLens links forward and backward the same way).
     """
-    bwd = [r for r, n, c in zip(cand["row"].to_list(), cand["name"].to_list(), cand["concrete_inputs"].to_list())
-           if is_attention_backward(n) and attention_causal_flag(n, c) is None]
+    bwd_names = [n for n in cand["name"].unique().to_list() if is_attention_backward(n)]
+    if not bwd_names:
+        return {}
+    sub = cand.filter(pl.col("name").is_in(bwd_names))
+    bwd = [r for r, n, c in zip(sub["row"].to_list(), sub["name"].to_list(), sub["concrete_inputs"].to_list())
+           if attention_causal_flag(n, c) is None]
     if not bwd:
         return {}
     names = host["name"].to_list()
@@ -173,13 +196,12 @@ def _causal_hints(host: pl.DataFrame, cand: pl.DataFrame) -> dict[int, bool]:
     return out
 
 
-def _owner_rows(rt: RankTrace, costs: dict[int, OpCost]) -> np.ndarray:
+def _owner_rows(rt: RankTrace, cost_rows: np.ndarray) -> np.ndarray:
     """For every host row, the row of the nearest op (itself or an ancestor) that has a cost."""
     n = rt.host.height
     own = np.full(n, -1, dtype=np.int64)
-    if costs:
-        idx = np.fromiter(costs.keys(), dtype=np.int64, count=len(costs))
-        own[idx] = idx
+    if cost_rows.size:
+        own[cost_rows] = cost_rows
     parent, depth = _parents(rt.host)
     return propagate_down(parent, depth, own)
 
@@ -264,26 +286,42 @@ def roof_metrics(flops: float, nbytes: float, time_us: float, peak: float | None
     return out
 
 
+def _null_unless(values: np.ndarray, keep: np.ndarray, name: str) -> pl.Series:
+    """Float64 series of ``values`` with null where ``keep`` is False."""
+    out = pl.Series(name, values, dtype=pl.Float64)
+    return out if keep.all() else pl.select(pl.when(pl.Series(keep)).then(out).otherwise(None)).to_series().alias(name)
+
+
 def operator_table(rt: RankTrace, device: DeviceSpec | None) -> pl.DataFrame:
-    """One row per leaf op with known FLOPs/bytes and measured kernel time (columns: OP_TABLE_SCHEMA)."""
+    """One row per leaf op with known FLOPs/bytes and measured kernel time (columns: OP_TABLE_SCHEMA).
+
+    The metrics are :func:`roof_metrics`, evaluated column-wise (same IEEE operations, same order).
+    """
     if rt.host.height == 0 or rt.gpu.height == 0:
         return pl.DataFrame(schema=OP_TABLE_SCHEMA)
-    costs = op_costs(rt.host)
-    if not costs:
+    cost_rows, cost_idx, costs = _cost_index(rt.host)
+    if cost_rows.size == 0:
         return pl.DataFrame(schema=OP_TABLE_SCHEMA)
-    owner = _owner_rows(rt, costs)
+    owner = _owner_rows(rt, cost_rows)
     busy = _busy_per_owner(_kernel_groups(rt, owner)).filter(pl.col("kernel_time_us") > 0)
     if busy.height == 0:
         return pl.DataFrame(schema=OP_TABLE_SCHEMA)
-    host_name = rt.host["name"]
-    host_ts = rt.host["ts"]
-    host_tid = rt.host["tid"]
-    rows: list[dict[str, Any]] = []
+    ci_of_row = np.full(rt.host.height, -1, dtype=np.int64)
+    ci_of_row[cost_rows] = cost_idx
+    b_owner = busy["owner"].to_numpy().astype(np.int64)
+    b_ci = ci_of_row[b_owner]
+    b_tf32 = busy["tf32"].fill_null(False).to_numpy().astype(bool)
+    time_us = busy["kernel_time_us"].to_numpy().astype(np.float64)
+    # The per-op constants depend only on (cost, any TF32 kernel): resolve each combination once.
+    combos, inv = np.unique(b_ci * 2 + b_tf32.astype(np.int64), return_inverse=True)
+    inv = inv.reshape(-1)
     bw = device.hbm_bytes_per_s if device else None
-    for owner_row, kernels, tf32, time_us in busy.select("owner", "kernels", "tf32", "kernel_time_us").iter_rows():
-        c = costs[owner_row]
+    cols: dict[str, list[Any]] = {k: [] for k in ("precision", "peak", "ceiling")}
+    for combo in combos.tolist():
+        c = costs[combo // 2]
+        assert c is not None
         precision = c.precision
-        if precision == "fp32" and tf32 and c.unit == "matrix":
+        if precision == "fp32" and combo % 2 and c.unit == "matrix":
             precision = "tf32"
         peak = None
         ceiling = None
@@ -293,15 +331,60 @@ def operator_table(rt: RankTrace, device: DeviceSpec | None) -> pl.DataFrame:
                 peak, ceiling = got[1], got[2]
                 if c.unit == "matrix":
                     precision = got[0]
-        m = roof_metrics(c.flops, c.bytes, time_us, peak, bw)
-        rows.append({
-            "row": owner_row, "name": host_name[owner_row], "shapes": c.shapes, "dtype": c.dtype,
-            "precision": precision, "family": c.family, "unit": c.unit, "ts": host_ts[owner_row],
-            "tid": host_tid[owner_row], "flops": c.flops, "model_flops": c.model_flops, "bytes": c.bytes,
-            "kernels": kernels, "kernel_time_us": time_us, **m,
-            "peak_tflops": peak / 1e12 if peak else None, "ceiling": ceiling,
-        })
-    return pl.DataFrame(rows, schema=OP_TABLE_SCHEMA).sort("ts")
+        cols["precision"].append(precision)
+        cols["peak"].append(peak)
+        cols["ceiling"].append(ceiling)
+    ucost = [costs[combo // 2] for combo in combos.tolist()]
+    idx = pl.Series(inv, dtype=pl.UInt32)
+
+    def per_op(name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
+        return pl.Series(name, values, dtype=dtype).gather(idx)
+
+    flops = np.array([float(c.flops) for c in ucost], dtype=np.float64)[inv]  # type: ignore[union-attr]
+    nbytes = np.array([float(c.bytes) for c in ucost], dtype=np.float64)[inv]  # type: ignore[union-attr]
+    peak_u = [p if p else None for p in cols["peak"]]
+    has_peak = np.array([p is not None for p in peak_u], dtype=bool)[inv]
+    peak = np.array([p if p is not None else np.nan for p in peak_u], dtype=np.float64)[inv]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t = time_us * 1e-6
+        pos = t > 0
+        achieved_tflops = flops / t / 1e12
+        achieved_gbps = nbytes / t / 1e9
+        intensity = flops / nbytes
+        roof = has_peak & bool(bw) & pos & ((flops > 0) | (nbytes > 0))
+        t_compute = flops / peak
+        t_mem = nbytes / bw if bw else np.full(flops.size, np.nan)
+        pct = 100.0 * np.where(t_mem > t_compute, t_mem, t_compute) / t
+        compute = (t_compute >= t_mem) & (flops > 0)
+    bound = pl.select(pl.when(pl.Series(roof)).then(
+        pl.when(pl.Series(compute)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    ).otherwise(None)).to_series()
+    host = rt.host
+    gather = pl.Series(b_owner)
+    out = pl.DataFrame([
+        pl.Series("row", b_owner, dtype=pl.Int64),
+        host["name"].gather(gather).alias("name").cast(pl.Utf8),
+        per_op("shapes", [c.shapes for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        per_op("dtype", [c.dtype for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        per_op("precision", cols["precision"], pl.Utf8),
+        per_op("family", [c.family for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        per_op("unit", [c.unit for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        host["ts"].gather(gather).alias("ts").cast(pl.Float64),
+        host["tid"].gather(gather).alias("tid").cast(pl.Int64),
+        pl.Series("flops", flops, dtype=pl.Float64),
+        per_op("model_flops", [float(c.model_flops) for c in ucost], pl.Float64),  # type: ignore[union-attr]
+        pl.Series("bytes", nbytes, dtype=pl.Float64),
+        busy["kernels"].cast(pl.Int64).alias("kernels"),
+        pl.Series("kernel_time_us", time_us, dtype=pl.Float64),
+        _null_unless(achieved_tflops, pos, "achieved_tflops"),
+        _null_unless(achieved_gbps, pos, "achieved_gbps"),
+        _null_unless(intensity, nbytes > 0, "intensity"),
+        bound.alias("bound").cast(pl.Utf8),
+        _null_unless(pct, roof, "pct_of_roof"),
+        _null_unless(peak / 1e12, has_peak, "peak_tflops"),
+        per_op("ceiling", cols["ceiling"], pl.Utf8),
+    ])
+    return out.sort("ts")
 
 
 def _clean(v: Any) -> Any:

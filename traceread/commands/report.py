@@ -42,7 +42,7 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
               help="Write the report here (format from --format or the file extension: .html, .json, .txt).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
-@click.option("--no-cache", is_flag=True, help="Re-parse every trace instead of using the parse cache.")
+@click.option("--no-cache", is_flag=True, help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
 @click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
 @click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
 @click.option("--n-layers", type=click.IntRange(min=1), metavar="L",

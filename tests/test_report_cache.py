@@ -1,0 +1,76 @@
+"""The report's fast paths give the same document as the slow ones: per-rank summaries from the
+summary cache, parse-cached ranks summarised in-process (threads), ranks parsed in worker processes.
+And a cached summary is never used once its trace file, the code or the device spec changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from traceread.analyze import (
+    SUMMARY_FOLDER,
+    ReportOptions,
+    build_report,
+    code_fingerprint,
+    load_summary,
+)
+from traceread.reports import json_report
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp_straggler_h100"
+
+
+def _doc(folder: Path, cache: Path | None, workers: int) -> str:
+    opts = ReportOptions(workers=workers, use_cache=cache is not None, cache_dir=cache)
+    return json_report.to_json(build_report([folder], opts))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not SAMPLE.is_dir():
+        pytest.skip("sample_traces/ddp_straggler_h100 missing")
+    out = tmp_path_factory.mktemp("run")
+    for f in SAMPLE.glob("rank*.pt.trace.json.gz"):
+        shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.mark.slow
+def test_every_path_gives_the_same_document(run: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    reference = _doc(run, None, 1)  # no cache, in-process
+    assert _doc(run, cache, 2) == reference  # parsed in worker processes, caches filled
+    summaries = list((cache / SUMMARY_FOLDER).glob("*.pkl"))
+    assert len(summaries) == len(list(run.glob("rank*.pt.trace.json.gz")))
+    assert _doc(run, cache, 2) == reference  # every rank from the summary cache
+    shutil.rmtree(cache / SUMMARY_FOLDER)
+    assert _doc(run, cache, 2) == reference  # parse cache only: summarised in threads
+    shutil.rmtree(cache / SUMMARY_FOLDER)
+    assert _doc(run, cache, 1) == reference  # parse cache only, one worker
+
+
+def test_stale_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    build_report([run], ReportOptions(workers=1, use_cache=True, cache_dir=cache))
+    f = sorted(run.glob("rank*.pt.trace.json.gz"))[0]
+    fp = code_fingerprint()
+    args = (str(f), str(cache), None, True)
+    assert load_summary(*args, fp) is not None
+    assert load_summary(*args, "other code") is None  # code changed
+    assert load_summary(str(f), str(cache), None, False, fp) is None  # without the roofline detail
+    spec = tmp_path / "spec.toml"
+    spec.write_text("")
+    assert load_summary(str(f), str(cache), str(spec), True, fp) is None  # another --device-spec
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the file was rewritten
+    assert load_summary(*args, fp) is None
+
+
+def test_corrupt_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _doc(run, cache, 1)
+    for p in (cache / SUMMARY_FOLDER).glob("*.pkl"):
+        p.write_bytes(b"not a pickle")
+    assert _doc(run, cache, 1) == first
