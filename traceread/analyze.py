@@ -543,7 +543,7 @@ def _merge_kernels(summaries: list[RankSummary], top: int) -> list[dict[str, Any
         .otherwise(None).alias("sm_time_lost_us"),
         pl.col("_rank").n_unique().alias("ranks"),
     ).with_columns((pl.col("total_us") / pl.col("calls")).alias("mean_us"))
-    agg = agg.sort("total_us", descending=True).head(top)
+    agg = agg.sort(["total_us", "name"], descending=[True, False]).head(top)  # name breaks ties: stable output
     cols = ["name", "calls", "total_us", "mean_us", "blocks_per_sm", "occupancy_pct", "wave_efficiency_pct",
             "sm_time_lost_us", "ranks"]
     return [{c: r[c] for c in cols} for r in agg.to_dicts()]

@@ -133,4 +133,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             except OSError as exc2:
                 raise click.ClickException(f"{html_path}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
     console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped into a log or `less`: rich would fall back to 80 columns and squash the tables.
+        console = Console(highlight=False, width=140)
     terminal.render(doc, console, top=top, html_path=str(html_path) if html_path else None)
