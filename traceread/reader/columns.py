@@ -9,10 +9,12 @@ faithful representation in the column type becomes null rather than an error.
 from __future__ import annotations
 
 import re
+from itertools import chain
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 _INT64_MIN = -(2**63)
@@ -61,12 +63,26 @@ def to_text(v: Any) -> str | None:
         return str(v)
 
 
-def raw_text_col(name: str, raws: Sequence[msgspec.Raw]) -> pl.Series:
-    """Exact recorded JSON text of ``Raw`` args; absent or JSON null become null."""
-    vals = [str(r, "utf-8", "replace") if r else None for r in raws]
-    if _all_none(vals):
-        return null_series(name, pl.Utf8, len(vals))
-    return pl.Series(name, vals, dtype=pl.Utf8).replace("null", None)
+def raw_text_col(name: str, raws: Sequence[msgspec.Raw | None]) -> pl.Series:
+    """Exact recorded JSON text of ``Raw`` args; absent or JSON null become null.
+
+    The texts are joined with NUL (never part of valid JSON text) and decoded and split in one
+    go instead of one ``str`` per value.
+    """
+    if _all_none(raws):
+        return null_series(name, pl.Utf8, len(raws))
+    if None in raws:
+        raws = [r if r is not None else _EMPTY for r in raws]
+    joined = b"\x00".join(raws)
+    if joined.count(b"\x00") != len(raws) - 1:  # pragma: no cover - NUL inside a JSON text
+        vals = [str(r, "utf-8", "replace") if r else None for r in raws]
+        return pl.Series(name, vals, dtype=pl.Utf8).replace("null", None)
+    text = pl.Series(name, [joined.decode("utf-8", "replace")], dtype=pl.Utf8)
+    vals = text.str.split("\x00").explode()
+    return vals.set((vals == "") | (vals == "null"), None).alias(name)  # type: ignore[arg-type]
+
+
+_EMPTY = b""
 
 
 def raw_text(r: msgspec.Raw | None) -> str | None:
@@ -98,7 +114,12 @@ def null_series(name: str, dtype: pl.DataType, n: int) -> pl.Series:
 
 
 def _all_none(vals: Sequence[Any]) -> bool:
-    return isinstance(vals, (list, tuple)) and vals.count(None) == len(vals)
+    # The first value decides most columns without a scan.
+    return (
+        isinstance(vals, (list, tuple))
+        and (not vals or vals[0] is None)
+        and vals.count(None) == len(vals)
+    )
 
 
 def cheap_nulls(df: pl.DataFrame) -> pl.DataFrame:
@@ -116,12 +137,29 @@ def int_col(name: str, vals: Sequence[Any], conv: Any = None) -> pl.Series:
     """Int64 column; values polars cannot take as they are go through ``conv`` (default to_int)."""
     if _all_none(vals):
         return null_series(name, pl.Int64, len(vals))
+    # Id columns (a ``conv`` is given) often mix in text ids: test the types first, a failing
+    # polars constructor costs several times a successful one.
+    types = set(map(type, vals)) if conv is not None else None
     try:
-        return pl.Series(name, vals, dtype=pl.Int64)
+        if types is None or types <= _INT_NONE:
+            return pl.Series(name, vals, dtype=pl.Int64)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        conv = conv or to_int
-        vals = [v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else conv(v) for v in vals]
-        return pl.Series(name, vals, dtype=pl.Int64)
+        pass
+    conv = conv or to_int
+    if (types or set(map(type, vals))) <= _INT_STR:
+        # ids repeat (pid/tid): convert each distinct value once; int and str keys never
+        # collide in a dict (bool/float, which would, take the general path).
+        table = {
+            v: v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else conv(v)
+            for v in set(vals)
+        }
+        return pl.Series(name, list(map(table.__getitem__, vals)), dtype=pl.Int64)
+    vals = [v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else conv(v) for v in vals]
+    return pl.Series(name, vals, dtype=pl.Int64)
+
+
+_INT_STR = {int, str, type(None)}
+_INT_NONE = {int, type(None)}
 
 
 def float_col(name: str, vals: Sequence[Any]) -> pl.Series:
@@ -153,6 +191,43 @@ def id_int(v: Any) -> int | None:
             m = _DIGITS_RE.search(v)
             return to_int(int(m.group(1))) if m else None
     return None
+
+
+def triples(name: str, vals: list[Any]) -> list[pl.Series]:
+    """``<name>_x``/``_y``/``_z`` Int64 columns from ``grid``/``block`` values (see :func:`triple`).
+
+    Fast path: every value is None or a list of three plain ints, converted by numpy at once.
+    """
+    names = [f"{name}_x", f"{name}_y", f"{name}_z"]
+    lists = [v for v in vals if v is not None]
+    if (
+        lists
+        and set(map(type, lists)) == _LIST
+        and set(map(len, lists)) == _THREE
+        and set(map(type, chain.from_iterable(lists))) == _INT
+    ):
+        try:
+            arr = np.array(lists, dtype=np.int64)
+        except (OverflowError, ValueError, TypeError):
+            pass
+        else:
+            if len(lists) == len(vals):
+                return [pl.Series(c, arr[:, j], dtype=pl.Int64) for j, c in enumerate(names)]
+            missing = np.array([v is None for v in vals])
+            full = np.zeros((len(vals), 3), dtype=np.int64)
+            full[~missing] = arr
+            mask = pl.Series(missing)
+            return [
+                pl.Series(c, full[:, j], dtype=pl.Int64).set(mask, None)  # type: ignore[arg-type]
+                for j, c in enumerate(names)
+            ]
+    trip = [triple(v) for v in vals]
+    return [pl.Series(c, [t[j] for t in trip], dtype=pl.Int64) for j, c in enumerate(names)]
+
+
+_LIST = {list}
+_THREE = {3}
+_INT = {int}
 
 
 def triple(v: Any) -> tuple[int | None, int | None, int | None]:

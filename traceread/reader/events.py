@@ -9,8 +9,7 @@ The batches are concatenated and sorted at the end. Categories are normalised so
 from __future__ import annotations
 
 from collections import Counter
-from itertools import compress
-from operator import not_
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from traceread.reader.columns import (
     raw_id_text,
     raw_text_col,
     str_col,
-    triple,
+    triples,
 )
 from traceread.reader.decode import Args, Event
 
@@ -71,20 +70,45 @@ def partition(
     Also adds the raw number of events per normalised category to ``counts`` (uncategorised
     metadata events are not counted).
     """
-    phs = [e.ph for e in events]
-    cats = [e.cat for e in events]
+    parts = partition_with_cats(events, counts)
+    return parts[0][0], parts[1][0], parts[2][0]
+
+
+Part = tuple[list[Event], pl.Series | None]
+
+
+def partition_with_cats(
+    events: list[Event], counts: Counter[str] | None = None
+) -> tuple[Part, Part, Part]:
+    """:func:`partition`, each part with its raw ``cat`` column (built here anyway, so the
+    frames need not build it again). The masks are computed by polars on two string columns
+    and the events gathered by index (C loops), not by a Python test per event."""
+    if not events:
+        return ([], None), ([], None), ([], None)
+    ph = pl.Series("ph", [e.ph for e in events], dtype=pl.Utf8)
+    cat = pl.Series("cat", [e.cat for e in events], dtype=pl.Utf8)
     if counts is not None:
-        for cat, n in Counter(cats).items():
-            if cat is not None:
-                counts[CATEGORY_ALIASES.get(cat, cat)] += n
-    is_x = list(map("X".__eq__, phs))
-    gpu_mask = list(map(_GPU_CATS.__contains__, compress(cats, is_x)))
-    complete = list(compress(events, is_x))
-    return (
-        list(compress(complete, gpu_mask)),
-        list(compress(complete, map(not_, gpu_mask))),
-        list(compress(events, map(FLOW_PHASES.__contains__, phs))),
-    )
+        per_cat = cat.to_frame().group_by("cat", maintain_order=True).len()
+        for c, n in zip(per_cat["cat"].to_list(), per_cat["len"].to_list()):
+            if c is not None:
+                counts[CATEGORY_ALIASES.get(c, c)] += n
+    is_x = (ph == "X").to_numpy()
+    is_gpu = cat.is_in(list(_GPU_CATS)).fill_null(False).to_numpy()
+    is_flow = ph.is_in(list(FLOW_PHASES)).to_numpy()
+    out = []
+    for mask in (is_x & is_gpu, is_x & ~is_gpu, is_flow):
+        idx = np.flatnonzero(mask)
+        out.append((_take(events, idx), cat.gather(idx)))
+    return out[0], out[1], out[2]
+
+
+def _take(items: list, idx: np.ndarray) -> list:
+    """``[items[i] for i in idx]`` in C."""
+    if idx.size == 0:
+        return []
+    if idx.size == 1:
+        return [items[int(idx[0])]]
+    return list(itemgetter(*idx.tolist())(items))
 
 
 def _column_getter(field: str):  # type: ignore[no-untyped-def]
@@ -100,27 +124,73 @@ _GETTERS = {
 }
 
 
+#: Args that most traces never carry (legacy spellings, optional shape args, comm args): one
+#: probe over all of them replaces a column pass per field when none is present.
+_SPARSE_ARGS = (
+    "external_id_legacy",
+    "input_dims_legacy",
+    "input_strides",
+    "concrete_inputs",
+    *COMM_ARGS.values(),
+)
+
+
 class _Columns:
-    """Fields of a list of structs as column lists, built on first use."""
+    """Fields of a list of structs as column lists, built on first use.
 
-    __slots__ = ("_items", "_cache")
+    Fields listed in ``absent`` are known to hold their default on every item: their column is
+    ``[None] * n`` without touching the items (every consumer treats None and the empty default
+    alike).
+    """
 
-    def __init__(self, items: list) -> None:
+    __slots__ = ("_items", "_cache", "_absent")
+
+    def __init__(self, items: list, absent: frozenset[str] = frozenset()) -> None:
         self._items = items
         self._cache: dict[str, list] = {}
+        self._absent = absent
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def __getitem__(self, field: str) -> list:
         col = self._cache.get(field)
         if col is None:
-            col = self._cache[field] = _GETTERS[field](self._items)
+            if field in self._absent:
+                col = [None] * len(self._items)
+            else:
+                col = _GETTERS[field](self._items)
+            self._cache[field] = col
         return col
+
+
+_SPARSE_GETTER = attrgetter(*_SPARSE_ARGS)
+_SPARSE_DEFAULT = _SPARSE_GETTER(_EMPTY_ARGS)
+
+
+def _absent_args(args: list[Args]) -> frozenset[str]:
+    """The sparse args that hold their default on every item: one C-level pass for all of them
+    (a tuple per item compared with the all-default tuple), then a look at the odd items only."""
+    odd = list(filter(_SPARSE_DEFAULT.__ne__, map(_SPARSE_GETTER, args)))
+    if not odd:
+        return frozenset(_SPARSE_ARGS)
+    if len(odd) * 8 > len(args):
+        return frozenset()  # not sparse in this trace: plain column passes are cheaper
+    absent = []
+    for j, field in enumerate(_SPARSE_ARGS):
+        d = _SPARSE_DEFAULT[j]
+        if all(t[j] is d for t in odd):
+            absent.append(field)
+    return frozenset(absent)
 
 
 def _transpose(evs: list[Event]) -> tuple[_Columns, _Columns]:
     """Event fields and arg fields of a batch as lazily built columns."""
     ev = _Columns(evs)
-    args = [a if a is not None else _EMPTY_ARGS for a in ev["args"]]
-    return ev, _Columns(args)
+    args = ev["args"]
+    if None in args:
+        args = [a if a is not None else _EMPTY_ARGS for a in args]
+    return ev, _Columns(args, _absent_args(args))
 
 
 def _times(ev: _Columns, path: Path, what: str) -> tuple[pl.Series, pl.Series]:
@@ -164,17 +234,15 @@ def _fallback(primary: pl.Series, secondary: pl.Series) -> pl.Series:
     return primary.zip_with(primary.is_not_null(), secondary)
 
 
-def gpu_frame(evs: list[Event], path: Path) -> pl.DataFrame:
+def gpu_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl.DataFrame:
     """GPU rows of one batch; ``launch_row``/``op_row`` are filled in later by links."""
     if not evs:
         return empty_frame(GPU_SCHEMA)
     ev, a = _transpose(evs)
     ts, dur = _times(ev, path, "GPU")
-    grids = [triple(g) for g in a["grid"]]
-    blocks = [triple(b) for b in a["block"]]
     n = len(evs)
     cols = [
-        pl.Series("kind", ev["cat"], dtype=pl.Utf8).replace_strict(GPU_KINDS),
+        _raw_cat(ev, cat).replace_strict(GPU_KINDS).alias("kind"),
         str_col("name", ev["name"]),
         _fallback(int_col("device", a["device"]), int_col("device", ev["pid"], id_int)),
         _fallback(int_col("stream", a["stream"]), int_col("stream", ev["tid"], id_int)),
@@ -183,12 +251,8 @@ def gpu_frame(evs: list[Event], path: Path) -> pl.DataFrame:
         (ts + dur).alias("end"),
         int_col("correlation", a["correlation"]),
         _external_ids(a),
-        pl.Series("grid_x", [g[0] for g in grids], dtype=pl.Int64),
-        pl.Series("grid_y", [g[1] for g in grids], dtype=pl.Int64),
-        pl.Series("grid_z", [g[2] for g in grids], dtype=pl.Int64),
-        pl.Series("block_x", [b[0] for b in blocks], dtype=pl.Int64),
-        pl.Series("block_y", [b[1] for b in blocks], dtype=pl.Int64),
-        pl.Series("block_z", [b[2] for b in blocks], dtype=pl.Int64),
+        *triples("grid", a["grid"]),
+        *triples("block", a["block"]),
         int_col("registers", a["registers"]),
         int_col("shared_memory", a["shared_memory"]),
         float_col("blocks_per_sm", a["blocks_per_sm"]),
@@ -199,7 +263,23 @@ def gpu_frame(evs: list[Event], path: Path) -> pl.DataFrame:
         null_series("launch_row", pl.Int64, n),
         null_series("op_row", pl.Int64, n),
     ]
-    return pl.DataFrame(cols).select([pl.col(c).cast(t) for c, t in GPU_SCHEMA.items()])
+    return _conform(pl.DataFrame(cols), GPU_SCHEMA)
+
+
+def _raw_cat(ev: _Columns, cat: pl.Series | None) -> pl.Series:
+    """The raw ``cat`` column: the one partition built, else from the events."""
+    if cat is not None and cat.len() == len(ev):
+        return cat
+    return pl.Series("cat", ev["cat"], dtype=pl.Utf8)
+
+
+def _conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``df`` with the columns and dtypes of ``schema``; casts only the columns that differ."""
+    have = df.schema
+    casts = [pl.col(c).cast(t) for c, t in schema.items() if have.get(c) != t]
+    if casts:
+        df = df.with_columns(casts)
+    return df if df.columns == list(schema) else df.select(list(schema))
 
 
 def finish_gpu(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -218,7 +298,7 @@ def _sorted_by_ts(df: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(null_series(c, df.schema[c], n) for c in null_cols).select(df.columns)
 
 
-def host_frame(evs: list[Event], path: Path) -> pl.DataFrame:
+def host_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl.DataFrame:
     """Host rows of one batch, without nesting columns filled yet."""
     if not evs:
         return empty_frame(HOST_SCHEMA)
@@ -230,7 +310,7 @@ def host_frame(evs: list[Event], path: Path) -> pl.DataFrame:
         dims = [x if x else y for x, y in zip(dims, a["input_dims_legacy"])]
     cols = [
         pl.Series("row", np.zeros(n, dtype=np.int64)),
-        pl.Series("cat", ev["cat"], dtype=pl.Utf8).replace(CATEGORY_ALIASES),
+        _raw_cat(ev, cat).replace(CATEGORY_ALIASES).alias("cat"),
         str_col("name", ev["name"]),
         int_col("pid", ev["pid"], id_int),
         int_col("tid", ev["tid"], id_int),
@@ -249,7 +329,7 @@ def host_frame(evs: list[Event], path: Path) -> pl.DataFrame:
         int_col("fwd_tid", a["fwd_tid"]),
         *_comm_columns(a),
     ]
-    return pl.DataFrame(cols).select([pl.col(c).cast(t) for c, t in HOST_SCHEMA.items()])
+    return _conform(pl.DataFrame(cols), HOST_SCHEMA)
 
 
 def finish_host(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -271,19 +351,24 @@ _POINT_SCHEMA = {
 }
 
 
-def flow_points(evs: list[Event]) -> pl.DataFrame:
+def flow_points(evs: list[Event], cat: pl.Series | None = None) -> pl.DataFrame:
     """Flow endpoints (``s``/``f``/``t`` events) of one batch, not yet paired."""
+    if not evs:
+        return empty_frame(_POINT_SCHEMA)
     return pl.DataFrame(
-        {
-            "ph": [e.ph for e in evs],
-            "kind": [normalise_category(e.cat) for e in evs],
-            "id": [id_int(e.id) if not isinstance(e.id, str) else _flow_id(e.id) for e in evs],
-            "ts": [e.ts for e in evs],
-            "pid": int_col("pid", [e.pid for e in evs], id_int),
-            "tid": int_col("tid", [e.tid for e in evs], id_int),
-        },
-        schema=_POINT_SCHEMA,
+        [
+            pl.Series("ph", [e.ph for e in evs], dtype=pl.Utf8),
+            _raw_cat(_Columns(evs), cat).replace(CATEGORY_ALIASES).alias("kind"),
+            int_col("id", [e.id for e in evs], _any_flow_id),
+            pl.Series("ts", [e.ts for e in evs], dtype=pl.Float64),
+            int_col("pid", [e.pid for e in evs], id_int),
+            int_col("tid", [e.tid for e in evs], id_int),
+        ]
     )
+
+
+def _any_flow_id(v: int | str | None) -> int | None:
+    return _flow_id(v) if isinstance(v, str) else id_int(v)
 
 
 def pair_flows(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -331,4 +416,5 @@ __all__ = [
     "normalise_category",
     "pair_flows",
     "partition",
+    "partition_with_cats",
 ]

@@ -42,19 +42,21 @@ def nest(host: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     # Parents first at equal start: longer first, then nesting events before leaves, then row.
     order = np.lexsort((np.arange(n), ~is_nest, -dur, ts, thread))
 
-    depth = np.zeros(n, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    _sweep(
-        order.tolist(),
-        thread.tolist(),
-        ts.tolist(),
-        (ts + dur).tolist(),
-        is_nest.tolist(),
-        is_op.tolist(),
-        depth,
-        parent,
-        op_anc,
+    end = ts + dur
+    depth_o, parent_o, op_o = _sweep(
+        thread[order].tolist(),
+        ts[order].tolist(),
+        end[order].tolist(),
+        is_nest[order].tolist(),
+        is_op[order].tolist(),
     )
+    # Results come in sweep order, parents and ops as sweep positions: map back to rows.
+    order_ext = np.append(order, -1)  # position -1 -> row -1
+    depth = np.empty(n, dtype=np.int64)
+    parent = np.empty(n, dtype=np.int64)
+    depth[order] = depth_o
+    parent[order] = order_ext[np.array(parent_o, dtype=np.int64)]
+    op_anc[order] = order_ext[np.array(op_o, dtype=np.int64)]
     host = host.with_columns(
         pl.Series("depth", depth, dtype=pl.Int64),
         pl.Series("parent", parent, dtype=pl.Int64).replace(-1, None),
@@ -63,46 +65,44 @@ def nest(host: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
 
 
 def _sweep(
-    order: list[int],
     thread: list[int],
     start: list[float],
     end: list[float],
     is_nest: list[bool],
     is_op: list[bool],
-    depth_out: np.ndarray,
-    parent_out: np.ndarray,
-    op_out: np.ndarray,
-) -> None:
-    """The stack sweep; ``order`` groups rows by thread and sorts them by start, parents first."""
-    n = len(order)
+) -> tuple[list[int], list[int], list[int]]:
+    """The stack sweep over events already in sweep order (grouped by thread, sorted by start,
+    parents first). Returns, per position: depth, the parent's position and the innermost
+    cpu_op's position at or above it (-1: none).
+
+    The stack holds positions only: the open event on top is the parent, the depth is the
+    parent's depth + 1 (the stack below the parent is exactly the parent's ancestors).
+    """
+    n = len(start)
     depth = [0] * n
     parent = [-1] * n
     opanc = [-1] * n
-    stack: list[tuple[float, int, int]] = []  # (end, row, innermost cpu_op at or above row)
-    push = stack.append
-    pop = stack.pop
+    stack: list[int] = []
+    push, pop = stack.append, stack.pop
     cur = None
-    for i in order:
-        th = thread[i]
+    k = 0
+    for th, s, nst in zip(thread, start, is_nest):
         if th != cur:
             cur = th
             stack.clear()
-        s = start[i]
-        while stack and stack[-1][0] <= s:
+        while stack and end[stack[-1]] <= s:
             pop()
         if stack:
             top = stack[-1]
-            parent[i] = top[1]
-            depth[i] = len(stack)
-            up = top[2]
+            parent[k] = top
+            depth[k] = depth[top] + 1
+            up = opanc[top]
         else:
             up = -1
-        if is_nest[i]:
-            mine = i if is_op[i] else up
-            push((end[i], i, mine))
-            opanc[i] = mine
-        else:
-            opanc[i] = up
-    depth_out[:] = depth
-    parent_out[:] = parent
-    op_out[:] = opanc
+        if nst:
+            if is_op[k]:
+                up = k
+            push(k)
+        opanc[k] = up
+        k += 1
+    return depth, parent, opanc
