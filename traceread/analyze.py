@@ -600,6 +600,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     :class:`traceread.errors.RankConflictError` when the files are not one job.
     """
     from traceread.reader.discover import find
+    from traceread.reader.read import explain_failure
 
     opts = options or ReportOptions()
     warnings: list[str] = []
@@ -616,10 +617,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         if isinstance(res, RankSummary):
             summaries.append(res)
             continue
-        if found.skipped(f, res.message):
-            warnings.append(f"skipped {f}: {res.message}")
-            continue
-        warnings.append(f"{f}: {res.message}")
+        warnings.append(explain_failure(found, f, res.message)[1])
     hang = None
     if run_dir is not None:
         from traceread.analysis.hang import diagnose_hang

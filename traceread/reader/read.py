@@ -10,7 +10,7 @@ from pathlib import Path
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
 from traceread.reader import cache
-from traceread.reader.discover import find
+from traceread.reader.discover import Found, find
 from traceread.reader.parallel import run_all
 from traceread.reader.parse import parse_file
 from traceread.reader.ranks import assign_ranks, identify, rank_from_name
@@ -80,16 +80,25 @@ def read_traces(
         if isinstance(res, RankTrace):
             ok.append(res)
             continue
-        reason = res.message
-        if found.skipped(f, reason):
-            ts.warnings.append(f"skipped {f}: {reason}")
-            continue
-        rank = rank_from_name(f)
-        ts.failures.append(ReadFailure(file=str(f), reason=reason, rank=rank))
-        ts.warnings.append(f"rank {rank if rank is not None else '?'} missing: {f}: {reason}")
+        failure, warning = explain_failure(found, f, res.message)
+        ts.warnings.append(warning)
+        if failure is not None:
+            ts.failures.append(failure)
     ts.warnings.extend(assign_ranks(ok))
     ts.ranks = ok
     return ts
+
+
+def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure | None, str]:
+    """How an unreadable file is reported, by ``read_traces`` and ``report`` alike.
+
+    A stray non-trace JSON the user did not name is skipped with a note; anything else is a missing
+    rank, named from the file when possible, so the user knows whose numbers are absent and why.
+    """
+    if found.skipped(path, reason):
+        return None, f"skipped {path}: {reason}"
+    rank = rank_from_name(path)
+    return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
 
 
 def _load_cached(files: list[Path], root: Path) -> dict[Path, RankTrace]:
