@@ -16,6 +16,7 @@ from traceread.report_schema import Finding, Report
 from traceread.reports import explain
 from traceread.reports.stats import (
     coll_time, host_bound_per_step, med, median_step_us, ms, nbytes, pct, pct_of_step, per_step, rank_list, total_steps,
+    worst_rank,
 )
 
 MIN_IMPACT_PCT = 1.0  # below this share of a step a problem is not worth a reader's attention
@@ -134,7 +135,7 @@ def exposed_comm(report: Report) -> list[Finding]:
     late = _root_straggler_cost(report)
     waited = min(late, max(0.0, impact - min(v for _, v in vals)))
     impact -= waited
-    worst, worst_v = max(vals, key=lambda rv: rv[1])
+    worst, worst_v = worst_rank(report, "exposed_comm_us")
     top = _top_collective(report)
     where = f"; most of it in {_coll_label(top)}" if top else ""
     title = f"Exposed communication: {ms(impact)} per step with no compute to hide it (worst: rank {worst['rank']}, {ms(worst_v)}){where}"

@@ -10,7 +10,6 @@ all-gather / reduce-scatter (S = full tensor) and 1 for send/recv.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
 
 from traceread.simulate.devices import INTER_NODE_BUSBW_GBS
 from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, RankCtx, comms_id
@@ -145,6 +144,3 @@ def comm_args(info: CommInfo, rank: int) -> dict[str, object]:
         args["Dst Rank"] = info.dst_rank
     return args
 
-
-def ceil_div(a: int, b: int) -> int:
-    return ceil(a / b)
