@@ -36,6 +36,16 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
     return "rich"
 
 
+def _set_max_rank_bytes(text: str) -> None:
+    """The reader's size guard, through the environment so spawned reader workers see it too."""
+    from traceread.reader.inflate import MAX_RANK_BYTES_ENV, parse_size
+
+    try:
+        os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-rank-bytes") from None
+
+
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
@@ -56,9 +66,11 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
 @click.option("-j", "--workers", type=click.IntRange(1, 256), default=None,
               help="Worker processes for reading ranks (default: one per CPU).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
+@click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
+              help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
-           device_spec: str | None, top: int, workers: int | None, no_html: bool) -> None:
+           device_spec: str | None, top: int, workers: int | None, no_html: bool, max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -90,6 +102,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     if any(v is not None for v in shape) and (None in shape or params is None):
         raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
     fmt = _infer_format(fmt, output)
+    _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
                          device_spec=Path(device_spec) if device_spec else None)

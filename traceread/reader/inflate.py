@@ -30,7 +30,7 @@ MAX_RANK_BYTES_ENV = "TRACEREAD_MAX_RANK_BYTES"
 RATIO_FLOOR = 256 << 20
 MAX_RATIO = 200
 
-_IN_CHUNK = 1 << 20  # compressed bytes read at a time
+_IN_CHUNK = 1 << 16  # compressed bytes read at a time (small: the ratio check uses the file offset)
 OUT_CHUNK = 8 << 20  # at most this many uncompressed bytes per chunk
 
 
@@ -40,6 +40,23 @@ def max_rank_bytes(explicit: int | None = None) -> int:
         return explicit
     env = os.environ.get(MAX_RANK_BYTES_ENV, "")
     return int(env) if env.isdigit() else DEFAULT_MAX_RANK_BYTES
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``"16GiB"``, ``"500MB"``, ``"2e9"`` or ``"1048576"`` -> bytes; ValueError when not a size."""
+    t = text.strip().lower().replace(" ", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    if unit not in _UNITS or not num:
+        raise ValueError(f"not a size: {text!r} (e.g. 16GiB, 500MB, 1048576)")
+    n = int(float(num) * _UNITS[unit])
+    if n <= 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return n
 
 
 def human_bytes(n: int) -> str:

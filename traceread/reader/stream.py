@@ -52,6 +52,7 @@ class EventStream:
         self._buf = head  # uncompressed text not yet consumed
         self._off = 0  # stream offset of _buf[0]
         self._events = 0  # events decoded so far (to number them in messages)
+        self._scanned = 0  # _buf[:_scanned] was searched for event boundaries
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -67,9 +68,12 @@ class EventStream:
 
     def _too_long(self, start: int, what: str) -> TraceFileError:
         pending = self._buf[start:]
+        text = len(pending.rstrip(_WS))
+        if len(pending) - text > len(pending) // 2:
+            run = len(pending) - text
+            at = self._off + start + text
+            return self._fail(f"{human_bytes(run)} of whitespace at byte {at}: not a trace")
         at = self._off + start
-        if not pending.strip(_WS):
-            return self._fail(f"{human_bytes(len(pending))} of whitespace at byte {at}: not a trace")
         return self._fail(f"no complete {what} in {human_bytes(len(pending))} from byte {at}: "
                           "not a Kineto trace")
 
@@ -77,6 +81,11 @@ class EventStream:
 
     def _open_array(self) -> int:
         """Decode the keys before ``traceEvents``; returns the position just after its ``[``."""
+        checked = 0
+        while not self._buf[checked:].strip(_WS):  # only whitespace so far: a bomb, or nothing
+            checked = len(self._buf)
+            if checked > MAX_PENDING or not self._more():
+                raise self._too_long(0, "JSON document")
         head = bytes(self._buf[:4096])
         if head.lstrip(_WS)[:1] != b"{":
             kind = first_json_char(head)
@@ -121,6 +130,7 @@ class EventStream:
             events, nxt = cut
             del buf[:nxt]
             self._off += nxt
+            self._scanned = 0
             start = 0
             self._events += len(events)
             yield events
@@ -129,10 +139,12 @@ class EventStream:
         """Decode the events of ``_buf[start:]`` up to its last checked boundary: the events and
         where the next batch starts; None when the text holds no complete event yet."""
         buf = self._buf
-        window = max(start, len(buf) - (1 << 20))
+        lo = max(start, self._scanned - 64)  # text searched before held no usable boundary
+        window = max(lo, len(buf) - (1 << 20))
         cuts = [m.start() for m in _BOUNDARY.finditer(buf, window)]
-        if not cuts and window > start:
-            cuts = [m.start() for m in _BOUNDARY.finditer(buf, start)]
+        if not cuts and window > lo:
+            cuts = [m.start() for m in _BOUNDARY.finditer(buf, lo)]
+        self._scanned = len(buf)
         for tries, at in enumerate(reversed(cuts)):
             doc = b"[" + bytes(buf[start : at + 1]) + b"]"
             try:
