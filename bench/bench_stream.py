@@ -11,7 +11,9 @@ tree = "in all"):
 * ``HTA``: ``TraceAnalysis(trace_dir=folder)`` load only (``--hta``; never on 1 GB+ ranks).
 
 The machine is shared, so every traceread row runs ``--repeat`` times (default 2) and the best
-wall time is kept (with its own RSS). Prints one markdown row per measurement and a JSON line.
+wall time is kept (with its own RSS and CPU time). CPU time (user + system of the whole process
+tree, from ``RUSAGE_CHILDREN``) is printed beside wall time: on a loaded box it is the steadier
+measure of the work done, and its ratio to the floor's the steadier ratio. Prints one markdown row per measurement and a JSON line.
 
     python bench/make_large.py --set a100 --ranks 8 --mb 31
     python bench/bench_stream.py bench/data/a100_8x31 --hta
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,6 +55,7 @@ if __name__ == "__main__":
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     """Wall time and peak RSS (largest process, largest tree sum) of ``cmd``, sampled."""
     t = time.perf_counter()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     root = psutil.Process(proc.pid)
     worker = total = 0
@@ -73,7 +77,9 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
-    return {"wall": wall, "rss_worker_mib": worker / 2**20, "rss_all_mib": total / 2**20}
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the whole tree, workers included
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {"wall": wall, "cpu": cpu, "rss_worker_mib": worker / 2**20, "rss_all_mib": total / 2**20}
 
 
 def _script(code: str) -> str:
@@ -121,13 +127,18 @@ def main() -> None:
     mib = sum(_uncompressed(Path(f)) for f in files) / 2**20
     print(f"\n{args.folder} ({len(files)} files, {mib:.0f} MiB uncompressed; best of "
           f"{args.repeat}, load {os.getloadavg()[0]:.1f})\n")
-    print("| what | wall s (runs) | / floor | HTA / this | peak RSS per worker MiB | in all MiB |")
-    print("|---|---:|---:|---:|---:|---:|")
+    floor_cpu = rows[0]["cpu"]
+    hta_cpu = rows[-1]["cpu"] if args.hta else None
+    print("| what | wall s (runs) | wall / floor | CPU s | CPU / floor | HTA / this (wall, CPU) "
+          "| peak RSS per worker MiB | in all MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        vs_hta = f"{hta_wall / r['wall']:.1f}x" if hta_wall and r["label"][:3] != "HTA" else "-"
+        is_hta = r["label"][:3] == "HTA"
+        vs_hta = (f"{hta_wall / r['wall']:.1f}x, {hta_cpu / r['cpu']:.1f}x"
+                  if hta_wall and not is_hta else "-")
         print(f"| {r['label']} | {r['wall']:.2f} ({', '.join(map(str, r['walls']))}) | "
-              f"{r['wall'] / floor:.2f} | {vs_hta} | {r['rss_worker_mib']:.0f} | "
-              f"{r['rss_all_mib']:.0f} |")
+              f"{r['wall'] / floor:.2f} | {r['cpu']:.2f} | {r['cpu'] / floor_cpu:.2f} | {vs_hta} | "
+              f"{r['rss_worker_mib']:.0f} | {r['rss_all_mib']:.0f} |")
     print(json.dumps({"folder": str(args.folder), "mib": mib, "rows": rows}))
 
 
