@@ -25,6 +25,7 @@ from traceread.collectors.env import collect_env
 from traceread.collectors.runinfo import build_run_json, iso, merge_host_runs, write_json
 from traceread.collectors.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
+from traceread.reports.sanitize import clean_lines
 
 SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors")
 EXIT_HANG_KILLED = 124  # --on-hang kill, when the killed command itself exited 0
@@ -130,7 +131,7 @@ class _Tee:
 
     def note(self, text: str) -> None:
         """A launcher message: on stderr and in the log, prefixed so it is told apart from the job."""
-        line = f"[traceread] {text}\n".encode()
+        line = f"[traceread] {clean_lines(text)}\n".encode()
         with self.lock:
             if not self.log.closed:
                 self.log.write(line)
