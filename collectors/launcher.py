@@ -22,7 +22,8 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collectors.env import collect_env
-from traceread.collectors.runinfo import build_run_json, iso, merge_host_runs, write_json
+from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
+from traceread.collectors.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collectors.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.reports.sanitize import clean_lines
@@ -38,9 +39,9 @@ class CollectOptions:
 
     run_dir: Path
     command: list[str]
-    wait: int = 1
-    warmup: int = 1
-    active: int = 2
+    wait: int = DEFAULT_WAIT
+    warmup: int = DEFAULT_WARMUP
+    active: int = DEFAULT_ACTIVE
     repeat: int = 1
     ranks: str = "all"
     record_shapes: bool = True
@@ -257,6 +258,11 @@ def run_collect(opts: CollectOptions) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     returncode = proc.wait()
+    if opts.profile and opts.inject and not any((host_dir / "traces").glob("rank*.pt.trace.json*")):
+        steps = [int(i["steps"]) for i in read_ranks(host_dir).values() if isinstance(i.get("steps"), int)]
+        note = too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
+        if note:
+            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
