@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 _NCCL_LINE = re.compile(
-    r"(?P<host>[^\s:\[\]<>]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?P<host>[^\s:\[\]<>]{1,255}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<src>\S+:\d+)(?: \((?P<func>[^)]*)\))? )?NCCL (?P<lvl>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)$"
 )
 _MPI_PREFIX = re.compile(r"\[(\d+),(\d+)\]<std(?:out|err)>:")
@@ -101,12 +101,20 @@ def _strip_launcher(line: str) -> tuple[str, int | None]:
     return line, rank
 
 
+#: NCCL and c10d lines are short; a longer "line" (a binary file, a dumped tensor) is cut here so the
+#: patterns, which search anywhere in a line, stay linear.
+MAX_LINE_CHARS = 4096
+
+
 def _iter_lines(paths: Iterable[str | Path]) -> Iterable[tuple[str, str]]:
     for p in paths:
         try:
             with open(p, errors="replace") as fh:
-                for line in fh:
-                    yield str(p), line.rstrip("\n")
+                while line := fh.readline(1 << 16):
+                    if len(line) >= 1 << 16 and not line.endswith("\n"):
+                        while (rest := fh.readline(1 << 16)) and not rest.endswith("\n"):
+                            pass  # skip the remainder of an overlong line without holding it
+                    yield str(p), line[:MAX_LINE_CHARS].rstrip("\n")
         except OSError:
             continue
 
