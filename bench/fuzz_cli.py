@@ -628,6 +628,7 @@ class Totals:
 def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_events: int = 1000,
              timeout: float = 30.0, max_rss_mb: float = 1500.0, bomb_mb: int = 64, big_bomb_mb: int = 0,
              recycle: int = 500, workers: int = 1,
+             on_progress: Callable[[Totals, float], None] | None = None,
              only: list[int] | None = None, keep: Path | None = None, progress: bool = False,
              time_budget_s: float | None = None) -> Totals:
     """Run ``cases`` cases (or the indices in ``only``) and count violations."""
@@ -674,6 +675,8 @@ def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_even
                         if progress and totals.cases % 100 == 0:
                             print(f"{totals.cases} cases, {sum(totals.violations.values())} violations, "
                                   f"{time.monotonic() - t_start:.0f} s", file=sys.stderr, flush=True)
+                        if on_progress is not None and totals.cases % 500 == 0:
+                            on_progress(totals, time.monotonic() - t_start)
                     if bad or worker.done >= recycle:
                         # ru_maxrss only grows, so a case's peak is the worker's peak when it rose during the
                         # case; after a violation the worker is replaced so the next case is measured afresh
@@ -708,24 +711,29 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="worker processes running cases at once")
     args = ap.parse_args()
     t0 = time.monotonic()
+
+    def write(totals: Totals, wall: float) -> dict[str, Any]:
+        summary = {
+            "cases": totals.cases, "wall_s": round(wall, 1), "seed": args.seed, "workers": args.workers,
+            "max_events": args.max_events,
+            "violations": {k: totals.violations.get(k, 0) for k in
+                           ("traceback", "hang", "bad_exit", "memory", "unsafe", "multiline_error")},
+            "exit_codes": dict(totals.exit_codes), "by_kind": dict(totals.by_kind),
+            "by_command": dict(totals.by_command), "peak_rss_mb": round(totals.peak_rss_mb),
+            "slowest_case_s": round(totals.slowest_s, 2), "failures": totals.failures[:50],
+        }
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1))
+        return summary
+
     totals = run_fuzz(args.cases, args.seed, include_shared=not args.no_shared, max_events=args.max_events,
                       timeout=args.timeout, max_rss_mb=args.max_rss_mb, bomb_mb=args.bomb_mb,
-                      big_bomb_mb=args.big_bomb_mb, workers=args.workers,
+                      big_bomb_mb=args.big_bomb_mb, workers=args.workers, on_progress=write,
                       only=args.replay, keep=args.keep, progress=True)
-    wall = time.monotonic() - t0
-    summary = {
-        "cases": totals.cases, "wall_s": round(wall, 1), "seed": args.seed,
-        "violations": {k: totals.violations.get(k, 0) for k in
-                       ("traceback", "hang", "bad_exit", "memory", "unsafe", "multiline_error")},
-        "exit_codes": dict(totals.exit_codes), "by_kind": dict(totals.by_kind), "by_command": dict(totals.by_command),
-        "peak_rss_mb": round(totals.peak_rss_mb), "slowest_case_s": round(totals.slowest_s, 2),
-        "failures": totals.failures[:50],
-    }
+    summary = write(totals, time.monotonic() - t0)
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
     for f in totals.failures[:10]:
         print(json.dumps(f, indent=1), file=sys.stderr)
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1))
     sys.exit(1 if sum(totals.violations.values()) else 0)
 
 
