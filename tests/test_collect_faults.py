@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ import psutil
 import pytest
 
 pytest.importorskip("torch")
+from test_collect_e2e import free_port  # noqa: E402
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 FAULT_JOB = JOBS / "fault_train.py"
 pytestmark = pytest.mark.slow
 #: A trace early (after optimizer step 4), so a fault later in the run has one to keep intact.
 EARLY_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(script: Path, *args: str) -> list[str]:
