@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,15 +39,20 @@ def job(steps: int) -> list[str]:
             "--monitor-interval", "0.5", str(JOB), "--steps", str(steps)]
 
 
-def timed(cmd: list[str]) -> float:
+def timed(make_cmd: Callable[[], list[str]], attempts: int = 3) -> float:
+    """Seconds the command took; a failed start (a free port taken meanwhile, a gloo connect race on a
+    loaded machine) is retried with a fresh port, and counted in neither side."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
     env["OMP_NUM_THREADS"] = "1"
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    dt = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:6])}... failed ({res.returncode}): {res.stderr[-2000:]}")
-    return dt
+    for _ in range(attempts):
+        cmd = make_cmd()
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        dt = time.perf_counter() - t0
+        if res.returncode == 0:
+            return dt
+        print(f"retrying: {' '.join(cmd[:4])}... failed ({res.returncode})", file=sys.stderr)
+    raise SystemExit(f"failed {attempts} times: {res.stderr[-2000:]}")
 
 
 def main() -> None:
@@ -64,10 +70,10 @@ def main() -> None:
             order = ("plain", "collect") if i % 2 == 0 else ("collect", "plain")
             for side in order:
                 if side == "plain":
-                    plain.append(timed(job(args.steps)))
+                    plain.append(timed(lambda: job(args.steps)))
                 else:
-                    coll.append(timed([sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), "--",
-                                       *job(args.steps)]))
+                    coll.append(timed(lambda: [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run),
+                                               "--overwrite", "--", *job(args.steps)]))
                     assert len(list((run / "traces").glob("rank*.pt.trace.json.gz"))) == 2, "no traces written"
             print(f"run {i}: plain {plain[-1]:.2f} s, collect {coll[-1]:.2f} s", flush=True)
     finally:
