@@ -24,7 +24,7 @@ KINDS = len(fuzz_cli.MUTATIONS) + len(fuzz_cli.SPECIALS)
 
 
 def test_fuzz_cli_bounded() -> None:
-    totals = fuzz_cli.run_fuzz(cases=4 * KINDS, seed=0, max_events=300, timeout=20.0, max_rss_mb=1500.0,
+    totals = fuzz_cli.run_fuzz(cases=12 * KINDS, seed=0, max_events=300, timeout=20.0, max_rss_mb=1500.0,
                                bomb_mb=16, time_budget_s=45.0)
     assert totals.cases >= KINDS, f"only {totals.cases} cases ran in the budget"
     assert set(totals.by_kind) == set(fuzz_cli.MUTATIONS) | set(fuzz_cli.SPECIALS)
