@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.reports.sanitize import clean
 
 FORMATS = ("rich", "html", "text", "json")
 DEFAULT_NAME = "traceread-report.html"
@@ -109,7 +110,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     try:
         doc = build_report(list(paths), opts)
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
 
@@ -137,14 +138,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
         except OSError as exc:
             if output or html_path.parent.resolve() == Path.cwd().resolve():
-                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror}); choose a file with -o") from exc
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc.strerror}); choose a file with -o") from exc
             fallback = Path.cwd() / DEFAULT_NAME
-            click.echo(f"traceread: {html_path}: cannot write ({exc.strerror}); writing {fallback} instead", err=True)
+            click.echo(f"traceread: {clean(str(html_path))}: cannot write ({exc.strerror}); writing {clean(str(fallback))} instead", err=True)
             html_path = fallback
             try:
                 html_mod.write_html(doc, html_path)
             except OSError as exc2:
-                raise click.ClickException(f"{html_path}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped into a log or `less`: rich would fall back to 80 columns and squash the tables.
