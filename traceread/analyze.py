@@ -69,6 +69,7 @@ class ReportOptions:
     seq_len: int | None = None
     d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
+    cycle: str | None = None  # profiling cycle to analyse: None/latest, N, RUN:N (reader.cycles)
     top_kernels: int = TOP_KERNELS
 
 
@@ -609,6 +610,10 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         warnings.append(f"{m}: no such file or folder")
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
     run_dir = _run_dir(paths, found.run_json)
+    from traceread.reader import cycles
+
+    chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
+    found.files = cycles.chosen_files(chosen)
 
     results = _summarise_all(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
@@ -667,6 +672,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         report["roofline"] = detail
         _formula_mfu(report, opts, warnings)
 
+    cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)
