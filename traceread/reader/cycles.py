@@ -207,7 +207,7 @@ def _needs_peek(facts: list[FileFacts]) -> bool:
 def _split_by_time(files: list[FileFacts]) -> list[list[FileFacts]]:
     """Files in time order, a new group whenever a rank repeats (two runs of the same steps)."""
     groups: list[list[FileFacts]] = []
-    for f in sorted(files, key=lambda f: (f.time_ns or 0, str(f.path))):
+    for f in sorted(files, key=lambda f: (f.time_ns or 0, f.name_time_ns or 0, str(f.path))):
         if not groups or (f.rank is not None and f.rank in {g.rank for g in groups[-1]}):
             groups.append([])
         groups[-1].append(f)
@@ -431,6 +431,7 @@ def annotate(report: dict[str, Any], sel: Selection, warnings: list[str]) -> Non
     steps = report_step_us(report.get("ranks") or [])
     if steps or names:
         c.warmup = judge(steps, names)
+    _finish(sel.cycles)
     report.setdefault("source", {}).update(sel.source_fields())
     if c.warmup is not None and c.warmup.is_warmup:
         warnings.append("recorded steps look like warm-up, not the steady state: " + "; ".join(c.warmup.reasons)
