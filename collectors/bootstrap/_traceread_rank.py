@@ -678,6 +678,11 @@ def _drive_profiler(state: _State) -> None:
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         wait, warmup, active, repeat = _schedule_numbers(cfg)
+        import warnings
+
+        # torch warns on every later cycle that events are not accumulated: that is what we want (each
+        # cycle is exported on its own), and the warning would land in the job's output
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
         state.prof = profile(
             activities=activities,
             schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
