@@ -147,11 +147,35 @@ class _Doc(msgspec.Struct, gc=False):
 _DOC = msgspec.json.Decoder(_Doc)
 
 
+#: Peeks already made in this process, by (path, size, mtime): ``--cycle all`` chooses files once
+#: per cycle and must not decode every file each time. Small (a few numbers and names per file).
+_PEEKED: dict[tuple[str, int, int], dict[str, Any]] = {}
+_PEEK_FIELDS = ("rank", "world_size", "backend", "start_ns", "steps", "warm_names", "unreadable")
+
+
 def peek(facts: FileFacts) -> FileFacts:
     """Add what the file's header and step/start-up events say; a file that cannot be decoded is
     left as it is (the real read reports it in one line)."""
-    from traceread.analysis.warmup import warmup_event
+    try:
+        st = facts.path.stat()
+        key = (str(facts.path.resolve()), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key is not None and key in _PEEKED:
+        for name, value in _PEEKED[key].items():
+            setattr(facts, name, dict(value) if isinstance(value, dict) else value)
+        facts.peeked = True
+        return facts
+    _peek_file(facts)
+    if key is not None:
+        if len(_PEEKED) > 100_000:
+            _PEEKED.clear()
+        _PEEKED[key] = {name: getattr(facts, name) for name in _PEEK_FIELDS}
+    return facts
 
+
+def _peek_file(facts: FileFacts) -> None:
+    from traceread.analysis.warmup import warmup_event
     from traceread.reader.decode import read_bytes
 
     facts.peeked = True
@@ -159,7 +183,7 @@ def peek(facts: FileFacts) -> FileFacts:
         doc = _DOC.decode(read_bytes(facts.path))
     except Exception:  # noqa: BLE001 - the reader words the error later
         facts.unreadable = True
-        return facts
+        return
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     for key, attr in (("rank", "rank"), ("world_size", "world_size")):
         v = dist.get(key)
@@ -186,7 +210,6 @@ def peek(facts: FileFacts) -> FileFacts:
             facts.start_ns = base + int(first_ts * 1000)
         elif first_ts > 1e15:  # old traces: ts is epoch µs
             facts.start_ns = int(first_ts * 1000)
-    return facts
 
 
 # ------------------------------------------------------------------------------------ grouping
@@ -316,8 +339,7 @@ class Selection:
     def source_fields(self) -> dict[str, Any]:
         """Additive ``source`` fields: ``cycle`` (the analysed one) and ``cycles`` (all found)."""
         if len(self.cycles) <= 1:
-            one = self.chosen[0].to_json() if self.chosen else None
-            return {"cycle": one} if one and (one["warmup"] or self.cycles[0].label_source == "collect") else {}
+            return {"cycle": self.chosen[0].to_json()} if self.chosen else {}
         return {"cycle": self.chosen[0].to_json() if len(self.chosen) == 1 else None,
                 "cycles": [c.to_json() for c in self.cycles], "cycle_choice": self.why}
 
