@@ -207,3 +207,17 @@ def test_compiled_steady_state_is_not_warmup() -> None:
 
 def test_drift_needs_two_cycles() -> None:
     assert drift_mod.drift([({"cycle": 1}, {"ranks": []})])["growth"] is None
+
+
+def test_broken_file_among_cycles_is_named_and_the_rest_analysed(sim_cycles: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "tb"
+    shutil.copytree(sim_cycles, folder)
+    victim = folder / _tb_name(1, T0_MS + 60_000 * 3 + 1)
+    victim.write_bytes(victim.read_bytes()[:2000])  # truncated gzip: cycle 3 loses rank 1
+    (folder / "notes.json").write_text('{"lr": 0.1}')  # a stray non-trace JSON
+    rep = build_report([folder], _opts())
+    assert rep["source"]["cycle"]["steps"] == [20, 22]  # cycle 3 is incomplete now: the latest complete is 2
+    assert [c["complete"] for c in rep["source"]["cycles"]] == [True, True, False]
+    skipped = [w for w in rep["warnings"] if w.startswith("skipped")]
+    assert len(skipped) == 2 and any(victim.name in w and "truncated" in w for w in skipped)
+    assert [e["rank"] for e in rep["ranks"]] == [0, 1, 2, 3]

@@ -21,16 +21,20 @@ pytestmark = pytest.mark.slow
 COMPILE_JOB = Path(__file__).resolve().parent / "jobs" / "compile_train.py"
 
 
+def _collect_run(tmp_path: Path, steps: int, schedule: list[str]) -> tuple[Path, dict]:
+    """The 2-rank job under ``traceread collect`` with ``schedule``; (RUN, its run.json)."""
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", str(steps)], [*schedule, "--hang-timeout", "60"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    return run, json.loads((run / "run.json").read_text())
+
+
 def _steps(rep: dict) -> list[int]:
     return sorted({s["step"] for e in rep["ranks"] for s in e["steps"]})
 
 
 def test_repeat_3_keeps_three_cycles_and_reports_each(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    res = collect(run, ["--steps", "12"], ["--repeat", "3", "--wait", "0", "--warmup", "1", "--active", "2",
-                                           "--hang-timeout", "60"])
-    assert res.returncode == 0, res.stderr[-3000:]
-    doc = json.loads((run / "run.json").read_text())
+    run, doc = _collect_run(tmp_path, 12, ["--repeat", "3", "--wait", "0", "--warmup", "1", "--active", "2"])
     assert [(c["cycle"], c["steps"], c["ranks"]) for c in doc["cycles"]] == [
         (1, [1, 2], [0, 1]), (2, [4, 5], [0, 1]), (3, [7, 8], [0, 1])]
     assert all(c["start_ns"] <= c["end_ns"] and c["start_time"].endswith("Z") for c in doc["cycles"])
@@ -53,11 +57,7 @@ def test_repeat_3_keeps_three_cycles_and_reports_each(tmp_path: Path) -> None:
 
 
 def test_every_n_steps_is_capped_keeping_first_and_latest(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    res = collect(run, ["--steps", "22"], ["--every", "4", "--warmup", "1", "--active", "1", "--max-cycles", "3",
-                                           "--hang-timeout", "60"])
-    assert res.returncode == 0, res.stderr[-3000:]
-    doc = json.loads((run / "run.json").read_text())
+    run, doc = _collect_run(tmp_path, 22, ["--every", "4", "--warmup", "1", "--active", "1", "--max-cycles", "3"])
     rows = [(c["cycle"], c["steps"], c["kept"]) for c in doc["cycles"]]
     assert rows == [(1, [3, 3], True), (2, [7, 7], False), (3, [11, 11], False), (4, [15, 15], True),
                     (5, [19, 19], True)]

@@ -16,6 +16,7 @@ Either one makes the window warm-up. The verdict lists its reasons in words with
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ WARMUP_PATTERNS = (
 _WARMUP_RE = re.compile("|".join(f"(?:{p})" for p in WARMUP_PATTERNS))
 
 
+@functools.lru_cache(maxsize=65536)  # a trace repeats a few thousand names tens of thousands of times
 def warmup_event(name: str) -> bool:
     """Whether a host event name marks one-time start-up work."""
     return bool(_WARMUP_RE.search(name))

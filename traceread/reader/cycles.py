@@ -29,12 +29,18 @@ from typing import Any
 
 import msgspec
 
+from traceread.errors import TraceFileError
+from traceread.reader.discover import NOT_A_TRACE
+
 from traceread.reader.ranks import rank_from_name
 
 _CYCLE_RE = re.compile(r"(?<![a-z])cycle[-_]?(\d+)", re.IGNORECASE)
 #: ``tensorboard_trace_handler``: ``{worker}.{time}.pt.trace.json`` (time in ms, or ns in newer torch).
 _STAMP_RE = re.compile(r"\.(\d{10}|\d{13}|\d{16}|\d{19})\.pt\.trace\.json")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: Device-side categories: kernels and copies are never start-up *host* work (and are most events).
+_DEVICE_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "gpu_user_annotation",
+                          "cuda_runtime", "Runtime", "cuda_driver", "ac2g", "async"})
 
 
 @dataclass
@@ -52,7 +58,7 @@ class FileFacts:
     steps: dict[int, float] = field(default_factory=dict)  # step -> host duration µs
     warm_names: dict[str, float] = field(default_factory=dict)  # start-up event name -> total µs
     peeked: bool = False
-    unreadable: bool = False  # the peek could not decode it: the real read will say why
+    unreadable: str | None = None  # why the peek could not decode it (one line)
 
     @property
     def time_ns(self) -> int | None:
@@ -139,7 +145,7 @@ class _Ev(msgspec.Struct, gc=False):
 
 
 class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_Ev] = []
+    traceEvents: list[_Ev] | None = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
 
@@ -181,8 +187,14 @@ def _peek_file(facts: FileFacts) -> None:
     facts.peeked = True
     try:
         doc = _DOC.decode(read_bytes(facts.path))
-    except Exception:  # noqa: BLE001 - the reader words the error later
-        facts.unreadable = True
+    except TraceFileError as exc:
+        facts.unreadable = exc.message
+        return
+    except Exception as exc:  # noqa: BLE001 - any decode problem: one line, the file is left out
+        facts.unreadable = f"cannot read trace: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return
+    if doc.traceEvents is None:
+        facts.unreadable = f"{NOT_A_TRACE}: no traceEvents"
         return
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     for key, attr in (("rank", "rank"), ("world_size", "world_size")):
@@ -198,12 +210,12 @@ def _peek_file(facts: FileFacts) -> None:
         if not isinstance(name, str) or e.ph != "X" or not isinstance(e.ts, (int, float)):
             continue
         dur = float(e.dur) if isinstance(e.dur, (int, float)) else 0.0
-        m = _STEP_RE.match(name)
+        m = _STEP_RE.match(name) if name.startswith("ProfilerStep#") else None
         if m and e.cat != "gpu_user_annotation":
             step = int(m.group(1))
             facts.steps[step] = max(facts.steps.get(step, 0.0), dur)
             first_ts = e.ts if first_ts is None else min(first_ts, e.ts)
-        elif warmup_event(name):
+        elif e.cat not in _DEVICE_CATS and warmup_event(name):
             facts.warm_names[name] = facts.warm_names.get(name, 0.0) + dur
     if first_ts is not None:
         if base is not None:
@@ -426,7 +438,9 @@ def select(files: Sequence[Path], want: str | None, warnings: list[str]) -> Sele
         runs = len({c.run for c in cycles})
         found = f"{len(cycles)} profiling cycles" + (f" in {runs} runs" if runs > 1 else "")
         warnings.append(f"{found} found; analysing {sel.why} (choose with --cycle N|RUN:N|all|latest)")
-    if broken and sel.chosen:
+    if broken and len(cycles) > 1:  # it belongs to no cycle we can tell: name it, analyse the rest
+        warnings.extend(f"skipped {f.path}: {f.unreadable} (not assigned to a profiling cycle)" for f in broken)
+    elif broken and sel.chosen:  # one cycle: the reader reports it as that cycle's missing rank
         sel.chosen[-1].files.extend(broken)
     return sel
 
