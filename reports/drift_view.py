@@ -18,6 +18,14 @@ COLUMNS = (("step_us", "step"), ("compute_us", "compute"), ("exposed_comm_us", "
            ("idle_us", "idle"), ("host_bound_us", "host-bound"))
 
 
+_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "?")
+
+
+def _clean(text: str) -> str:
+    """Process-group names come from traces: no control character (ESC, BEL...) reaches a terminal."""
+    return text.translate(_CONTROL)
+
+
 def _ms(v: Any) -> str:
     return "n/a" if v is None else f"{float(v) / 1e3:.2f}"
 
@@ -48,7 +56,7 @@ def _rows(drift: dict[str, Any]) -> list[list[str]]:
 
 
 def _header(drift: dict[str, Any]) -> list[str]:
-    return ["cycle", *(name for _, name in COLUMNS), *(f"comm {pg}" for pg in _pgs(drift)), "top straggler"]
+    return ["cycle", *(name for _, name in COLUMNS), *(_clean(f"comm {pg}") for pg in _pgs(drift)), "top straggler"]
 
 
 def render_terminal(report: dict[str, Any], console: Console, *, ascii_only: bool = False) -> None:
@@ -64,7 +72,7 @@ def render_terminal(report: dict[str, Any], console: Console, *, ascii_only: boo
         t.add_row(*(Text(c) for c in row))
     console.print(t)
     if drift.get("headline"):
-        console.print(Text("DRIFT: ", style="bold magenta") + Text(str(drift["headline"])))
+        console.print(Text("DRIFT: ", style="bold magenta") + Text(_clean(str(drift["headline"]))))
 
 
 def html_section(report: dict[str, Any]) -> Markup:

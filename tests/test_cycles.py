@@ -221,3 +221,16 @@ def test_broken_file_among_cycles_is_named_and_the_rest_analysed(sim_cycles: Pat
     skipped = [w for w in rep["warnings"] if w.startswith("skipped")]
     assert len(skipped) == 2 and any(victim.name in w and "truncated" in w for w in skipped)
     assert [e["rank"] for e in rep["ranks"]] == [0, 1, 2, 3]
+
+
+def test_drift_terminal_strips_control_characters() -> None:
+    from rich.console import Console
+
+    from traceread.reports.drift_view import render_terminal
+
+    row = {"label": "1:1", "steps": [1, 2], "step_us": 1000.0, "pg_comm_us": {"evil\x1b[2J\x1b]0;t\x07": 5.0}}
+    doc = {"drift": {"cycles": [row, dict(row, label="1:2")], "headline": "grew \x1b[2J"}}
+    con = Console(record=True, width=200, color_system=None)
+    render_terminal(doc, con)
+    out = con.export_text()
+    assert "\x1b" not in out and "\x07" not in out and "evil?[2J" in out and "grew ?[2J" in out
