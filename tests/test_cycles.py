@@ -234,3 +234,26 @@ def test_drift_terminal_strips_control_characters() -> None:
     render_terminal(doc, con)
     out = con.export_text()
     assert "\x1b" not in out and "\x07" not in out and "evil?[2J" in out and "grew ?[2J" in out
+
+
+def test_drift_html_escapes_trace_strings() -> None:
+    from traceread.reports.drift_view import html_section
+
+    row = {"label": "1:1", "steps": [1, 2], "step_us": 1000.0, "pg_comm_us": {"<script>alert(1)</script>": 5.0}}
+    doc = {"drift": {"cycles": [row, dict(row, label="1:2")], "headline": "<img src=x onerror=alert(1)>",
+                     "growth": {"categories": [{"what": "comm pg <b>x</b>", "first_us": 1.0, "last_us": 2.0,
+                                                "delta_us": 1.0}]}}}
+    out = str(html_section(doc))
+    assert "<script>" not in out and "<img" not in out and "<b>" not in out
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out and "&lt;img src=x onerror=alert(1)&gt;" in out
+
+
+@pytest.mark.slow
+def test_drift_page_renders_in_chromium(sim_cycles: Path, tmp_path: Path) -> None:
+    from test_browser import check_page
+
+    page = tmp_path / "drift.html"
+    res = CliRunner().invoke(cli, ["report", str(sim_cycles), "--cycle", "all", "-o", str(page)])
+    assert res.exit_code == 0, res.output
+    dom = check_page(page, tmp_path)
+    assert '<section id="drift">' in dom and "1:3 (steps 30-32)" in dom
