@@ -257,3 +257,16 @@ def test_drift_page_renders_in_chromium(sim_cycles: Path, tmp_path: Path) -> Non
     assert res.exit_code == 0, res.output
     dom = check_page(page, tmp_path)
     assert '<section id="drift">' in dom and "1:3 (steps 30-32)" in dom
+
+
+def test_per_host_layout_is_one_run(tmp_path: Path) -> None:
+    """srun/mpirun per-node launches write RUN/<host>/traces/cycle{C}/...: the hosts are one run."""
+    simulate("ddp", tmp_path / "sim", ranks=2, steps=1, layers=1)
+    run = tmp_path / "RUN"
+    for host, r in (("nodeA", 0), ("nodeB", 1)):
+        (run / host / "traces" / "cycle1").mkdir(parents=True)
+        (run / host / "run.json").write_text(json.dumps({"layout": "per-host"}))
+        shutil.copy(tmp_path / "sim" / f"rank{r}.pt.trace.json.gz", run / host / "traces" / "cycle1" / f"rank{r}.pt.trace.json.gz")
+    facts = [cycles.name_facts(p) for p in sorted(run.rglob("*.gz"))]
+    got = cycles.group_cycles(facts)
+    assert [(c.label, c.ranks) for c in got] == [("1:1", [0, 1])]

@@ -20,6 +20,8 @@ start-up events, no tables.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -124,10 +126,23 @@ def _cycle_hint(path: Path) -> int | None:
 
 
 def _run_dir(path: Path) -> str | None:
+    """The collected RUN folder holding ``path``: the nearest folder with a ``run.json``, or its parent
+    in the per-host layout (``RUN/<host>/run.json`` beside ``RUN/run.json``, or saying so itself)."""
     for parent in list(path.parents)[:4]:
         if (parent / "run.json").is_file():
+            if (parent.parent / "run.json").is_file() or _per_host(parent / "run.json"):
+                return str(parent.parent)
             return str(parent)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _per_host(run_json: Path) -> bool:
+    try:
+        doc = json.loads(run_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("layout") == "per-host"
 
 
 def name_facts(path: Path) -> FileFacts:
