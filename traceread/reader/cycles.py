@@ -33,7 +33,6 @@ import msgspec
 
 from traceread.errors import TraceFileError
 from traceread.reader.discover import NOT_A_TRACE
-
 from traceread.reader.ranks import rank_from_name
 
 _CYCLE_RE = re.compile(r"(?<![a-z])cycle[-_]?(\d+)", re.IGNORECASE)
@@ -323,7 +322,7 @@ def group_cycles(facts: list[FileFacts]) -> list[Cycle]:
     run_of_shape: dict[tuple[str, int, str], tuple[int, int, int]] = {}  # shape -> (run, last cycle, last step)
     next_run = 0
     for g in groups:
-        shape = _shape_key(g[0])
+        shape = next((_shape_key(f) for f in g if f.world_size or f.backend), _shape_key(g[0]))
         lo = min((min(f.steps) for f in g if f.steps), default=None)
         hi = max((max(f.steps) for f in g if f.steps), default=None)
         prev = run_of_shape.get(shape)
