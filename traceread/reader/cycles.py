@@ -459,8 +459,10 @@ def select(files: Sequence[Path], want: str | None, warnings: list[str]) -> Sele
     return sel
 
 
-def chosen_files(sel: Selection) -> list[Path]:
-    return [f.path for c in sel.chosen for f in c.files]
+def chosen_files(sel: Selection, order: Sequence[Path]) -> list[Path]:
+    """The chosen cycles' files, in the order of ``order`` (the search order the engine expects)."""
+    keep = {f.path for c in sel.chosen for f in c.files}
+    return [p for p in order if p in keep]
 
 
 def annotate(report: dict[str, Any], sel: Selection, warnings: list[str]) -> None:
