@@ -43,6 +43,8 @@ class CollectOptions:
     warmup: int = DEFAULT_WARMUP
     active: int = DEFAULT_ACTIVE
     repeat: int = 1
+    every: int = 0  # periodic profiling: one cycle every N steps (0: off; see docs/cycles.md)
+    max_cycles: int = 10  # traces kept per rank: the first cycle and the latest ones
     ranks: str = "all"
     record_shapes: bool = True
     with_stack: bool = False
@@ -65,6 +67,7 @@ class CollectOptions:
 
     def profiler_config(self) -> dict[str, Any]:
         return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
+                "every": self.every, "max_cycles": self.max_cycles,
                 "ranks": self.ranks, "record_shapes": self.record_shapes, "with_stack": self.with_stack,
                 "profile_memory": self.profile_memory, "profile": self.profile}
 

@@ -156,6 +156,9 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
         console.print(ct)
     for line in _other_lines(report, top) + nccl_lines(report):
         console.print(Text(line))
+    from traceread.reports.drift_view import render_terminal as render_drift
+
+    render_drift(report, console, ascii_only=ascii_only)  # type: ignore[arg-type]
     warnings = report.get("warnings") or []
     if warnings:
         console.print(Text(f"{len(warnings)} warning(s):", style="yellow"))

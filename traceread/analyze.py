@@ -69,6 +69,7 @@ class ReportOptions:
     seq_len: int | None = None
     d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
+    cycle: str | None = None  # profiling cycle to analyse: None/latest, N, RUN:N (reader.cycles)
     top_kernels: int = TOP_KERNELS
 
 
@@ -616,6 +617,11 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
     nccl = _guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
 
+    from traceread.reader import cycles
+
+    chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
+    found.files = cycles.chosen_files(chosen, found.files)
+
     results = _summarise_all(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
     for f in found.files:
@@ -665,6 +671,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         report["roofline"] = detail
         _formula_mfu(report, opts, warnings)
 
+    cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

@@ -66,12 +66,17 @@ def _set_max_rank_bytes(text: str) -> None:
               help="Rows per table in the terminal summary (findings, ranks, collectives).")
 @click.option("-j", "--workers", type=click.IntRange(1, 256), default=None,
               help="Worker processes for reading ranks (default: one per CPU).")
+@click.option("--cycle", "cycle", default="latest", show_default=True, metavar="N|RUN:N|all|latest",
+              help="Folders with several profiling cycles (or runs): which to analyse. latest = the latest "
+                   "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
+                   "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
 @click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
               help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
-           device_spec: str | None, top: int, workers: int | None, no_html: bool, max_rank_bytes: str) -> None:
+           device_spec: str | None, top: int, workers: int | None, cycle: str, no_html: bool,
+           max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -82,6 +87,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1 -o exp1.html          # HTML where you want it
       traceread report 'traces/rank*.json.gz' --format json -o report.json
       traceread report runs/exp1 --format text --top 20
+      traceread report runs/long --cycle all          # every profiling cycle + what grew over time
+      traceread report tb_logs/ --cycle 2             # one cycle of a tensorboard_trace_handler folder
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
@@ -106,9 +113,20 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
-                         device_spec=Path(device_spec) if device_spec else None)
+                         device_spec=Path(device_spec) if device_spec else None, cycle=cycle)
+    from traceread.reader.cycles import CycleChoiceError
+
     try:
-        doc = build_report(list(paths), opts)
+        if cycle.strip().lower() == "all":
+            from traceread.analysis.drift import build_all_cycles
+
+            doc = build_all_cycles(list(paths), opts)
+        else:
+            doc = build_report(list(paths), opts)
+    except CycleChoiceError as exc:
+        click.echo(f"traceread: error: {exc}", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT)
+        return
     except NothingUsableError as exc:
         click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
