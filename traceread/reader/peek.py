@@ -95,21 +95,15 @@ def name_facts(path: Path) -> FileFacts:
                      name_time_ns=_stamp_ns(path.name))
 
 
-class _Ev(msgspec.Struct, gc=False):
-    name: Any = None
-    ph: Any = None
-    cat: Any = None
-    ts: Any = None
-    dur: Any = None
-
-
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_Ev] | None = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-
-
-_DOC = msgspec.json.Decoder(_Doc)
+def _top_value(top: dict[str, msgspec.Raw], key: str) -> Any:
+    """One top-level value of the document, decoded (None when absent or not JSON)."""
+    raw = top.get(key)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 #: Peeks already made in this process, by (path, size, mtime): ``--cycle all`` chooses files once
@@ -139,32 +133,11 @@ def peek(facts: FileFacts) -> FileFacts:
     return facts
 
 
-def _peek_file(facts: FileFacts) -> None:
-    from traceread.analysis.warmup import warmup_event
-    from traceread.reader.decode import read_bytes
-
-    facts.peeked = True
-    try:
-        doc = _DOC.decode(read_bytes(facts.path))
-    except TraceFileError as exc:
-        facts.unreadable = exc.message
-        return
-    except Exception as exc:  # noqa: BLE001 - any decode problem: one line, the file is left out
-        facts.unreadable = f"cannot read trace: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return
-    if doc.traceEvents is None:
-        facts.unreadable = f"{NOT_A_TRACE}: no traceEvents"
-        return
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
-    for key, attr in (("rank", "rank"), ("world_size", "world_size")):
-        v = dist.get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            setattr(facts, attr, v)
-    if isinstance(dist.get("backend"), str):
-        facts.backend = dist["backend"]
-    base = doc.baseTimeNanoseconds if isinstance(doc.baseTimeNanoseconds, int) else None
-    first_ts: float | None = None
-    for e in doc.traceEvents:
+def _scan(batch: list[Any], steps: dict[int, float], warm: dict[str, float], first_ts: float | None,
+          warmup_event: Any) -> float | None:
+    """One batch of events into the peek: ProfilerStep durations, warm-up event names, first step
+    start (returned)."""
+    for e in batch:
         name = e.name
         if not isinstance(name, str) or e.ph != "X" or not isinstance(e.ts, (int, float)):
             continue
@@ -172,10 +145,49 @@ def _peek_file(facts: FileFacts) -> None:
         m = _STEP_RE.match(name) if name.startswith("ProfilerStep#") else None
         if m and e.cat != "gpu_user_annotation":
             step = int(m.group(1))
-            facts.steps[step] = max(facts.steps.get(step, 0.0), dur)
+            steps[step] = max(steps.get(step, 0.0), dur)
             first_ts = e.ts if first_ts is None else min(first_ts, e.ts)
         elif e.cat not in _DEVICE_CATS and warmup_event(name):
-            facts.warm_names[name] = facts.warm_names.get(name, 0.0) + dur
+            warm[name] = warm.get(name, 0.0) + dur
+    return first_ts
+
+
+def _peek_file(facts: FileFacts) -> None:
+    from traceread.analysis.warmup import warmup_event
+    from traceread.reader.inflate import uncompressed_chunks
+    from traceread.reader.stream import EventStream
+
+    facts.peeked = True
+    # The reader's own bounded stream: a peek holds one batch of events, never the whole file,
+    # and meets the same guards (--max-rank-bytes, bombs) as the full read.
+    stream = EventStream(facts.path, uncompressed_chunks(facts.path), bytearray())
+    steps: dict[int, float] = {}
+    warm: dict[str, float] = {}
+    first_ts: float | None = None
+    try:
+        for batch in stream:
+            first_ts = _scan(batch, steps, warm, first_ts, warmup_event)
+    except TraceFileError as exc:
+        facts.unreadable = exc.message
+        return
+    except Exception as exc:  # noqa: BLE001 - any decode problem: one line, the file is left out
+        facts.unreadable = f"cannot read trace: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return
+    if "traceEvents" not in stream.top:
+        facts.unreadable = f"{NOT_A_TRACE}: no traceEvents"
+        return
+    dist_v = _top_value(stream.top, "distributedInfo")
+    dist = dist_v if isinstance(dist_v, dict) else {}
+    for key, attr in (("rank", "rank"), ("world_size", "world_size")):
+        v = dist.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            setattr(facts, attr, v)
+    if isinstance(dist.get("backend"), str):
+        facts.backend = dist["backend"]
+    base_v = _top_value(stream.top, "baseTimeNanoseconds")
+    base = base_v if isinstance(base_v, int) and not isinstance(base_v, bool) else None
+    facts.steps.update(steps)
+    facts.warm_names.update(warm)
     if first_ts is not None:
         if base is not None:
             facts.start_ns = base + int(first_ts * 1000)
