@@ -65,6 +65,13 @@ def check_page(page: Path, tmp: Path) -> str:
     return dom
 
 
+def timeline_traces(dom: str) -> int:
+    """Bars drawn in the timeline chart (plotly gives each bar a path in a 'point' group)."""
+    m = re.search(r'id="chart-timeline".*?(?=<div class="chart|</section>)', dom, re.S)
+    assert m is not None
+    return m.group(0).count('class="point"')
+
+
 def test_every_chart_renders_without_console_errors(tmp_path: Path) -> None:
     doc = full_report()
     doc["findings"] = findings.build_findings(doc)
@@ -75,6 +82,25 @@ def test_every_chart_renders_without_console_errors(tmp_path: Path) -> None:
         assert f'id="chart-{key}"' in dom
     assert EVIL not in dom  # the hostile kernel name is text, never a script element
     assert dom.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
+    assert timeline_traces(dom) >= 2 * 4 * 3  # 2 steps x 4 ranks x 3 lanes
+
+
+@pytest.mark.parametrize("sample", ["ddp_straggler_h100", "tp_dp_h100"])
+def test_real_step_timeline_renders(sample: str, tmp_path: Path) -> None:
+    """The real step timeline of a sample: both steps, every rank's streams, the critical path."""
+    from traceread.analyze import ReportOptions, build_report
+
+    folder = REPO / "sample_traces" / sample
+    if not folder.is_dir():
+        pytest.skip(f"sample {sample} not present")
+    doc = build_report([folder], ReportOptions(workers=1))
+    page = tmp_path / "t.html"
+    html.write_html(doc, page)
+    assert page.stat().st_size <= 1.5 * 2**20  # the partial plotly bundle keeps the page light
+    dom = check_page(page, tmp_path)
+    assert timeline_traces(dom) > 100
+    assert "median step" in dom and "slowest step" in dom and "critical path" in dom
+    assert "r7 s" in dom and "r0 GPU" in dom
 
 
 def test_screenshot(tmp_path: Path) -> None:
