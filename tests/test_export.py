@@ -45,6 +45,15 @@ def names(doc: dict, what: str) -> dict[tuple[int, int], str]:
     return {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == what}
 
 
+def exported(reports: dict[str, dict], sample: str, out: Path, options: ExportOptions | None = None) -> tuple[dict, dict]:
+    """(report, merged trace) of a sample; skips when the sample is absent."""
+    rep = reports.get(sample)
+    if rep is None:
+        pytest.skip(f"sample {sample} not present")
+    export_trace(rep, out, options)
+    return rep, load(out)
+
+
 @pytest.fixture(scope="module")
 def reports() -> dict[str, dict]:
     out = {}
@@ -99,16 +108,11 @@ def _collective_ends(doc: dict) -> dict[tuple[str, int], dict[int, float]]:
 
 
 def test_skewed_clocks_are_aligned(reports: dict[str, dict], tmp_path: Path) -> None:
-    rep = reports.get("skewed_2host_h100")
-    if rep is None:
-        pytest.skip("sample skewed_2host_h100 not present")
+    rep, doc = exported(reports, "skewed_2host_h100", tmp_path / "skewed.json")
     clock = rep["source"]["clock"]
     eps = float(clock["epsilon_us"])
     truth = json.loads((SAMPLES / "skewed_2host_h100" / "truth.json").read_text())["clock_offsets_us"]
     assert max(truth.values()) - min(truth.values()) > 10 * eps  # the sample really is skewed
-    out = tmp_path / "skewed.json"
-    export_trace(rep, out)
-    doc = load(out)
     ends = _collective_ends(doc)
     assert len(ends) >= 4
     raw_ends: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
@@ -125,12 +129,7 @@ def test_skewed_clocks_are_aligned(reports: dict[str, dict], tmp_path: Path) -> 
 
 
 def test_findings_track_marks_the_straggler(reports: dict[str, dict], tmp_path: Path) -> None:
-    rep = reports.get("ddp_straggler_h100")
-    if rep is None:
-        pytest.skip("sample ddp_straggler_h100 not present")
-    out = tmp_path / "straggler.json"
-    export_trace(rep, out)
-    doc = load(out)
+    rep, doc = exported(reports, "ddp_straggler_h100", tmp_path / "straggler.json")
     marks = [e for e in doc["traceEvents"] if e["pid"] == FINDINGS_PID and e["ph"] == "X"]
     finding = next(f for f in rep["findings"] if f["id"] == "straggler")
     late = [m for m in marks if m["args"]["finding_id"] == "straggler" and "late to" in m["name"]]
@@ -145,7 +144,7 @@ def test_findings_track_marks_the_straggler(reports: dict[str, dict], tmp_path: 
 
 
 @pytest.mark.parametrize("sample,finding", [("pp_1f1b_h100", "pipeline_bubble"), ("slow_steps_a100", "slow_steps"),
-                                            ("cpu_hang_gloo", "hang")])
+                                            ("cpu_hang_gloo", "hang"), ("h100_ddp_gloo_2proc_1gpu", "host_bound")])
 def test_findings_track_places_other_findings(sample: str, finding: str, reports: dict[str, dict],
                                               tmp_path: Path) -> None:
     rep = reports.get(sample)
@@ -159,15 +158,10 @@ def test_findings_track_places_other_findings(sample: str, finding: str, reports
 
 
 def test_selection_steps_ranks_and_gpu_only(reports: dict[str, dict], tmp_path: Path) -> None:
-    rep = reports.get("ddp_straggler_h100")
-    if rep is None:
-        pytest.skip("sample ddp_straggler_h100 not present")
-    full = tmp_path / "full.json"
-    export_trace(rep, full)
+    rep, a = exported(reports, "ddp_straggler_h100", tmp_path / "full.json")
     step = rep["ranks"][0]["steps"][1]["step"]
-    part = tmp_path / "part.json"
-    export_trace(rep, part, ExportOptions(ranks={0, 5}, steps=(step, step), gpu_only=True))
-    a, b = load(full), load(part)
+    _, b = exported(reports, "ddp_straggler_h100", tmp_path / "part.json",
+                    ExportOptions(ranks={0, 5}, steps=(step, step), gpu_only=True))
     pids = {e["pid"] for e in b["traceEvents"]}
     assert pids == {rank_pid(0), rank_pid(5), FINDINGS_PID}
     gpu_threads = {k for k, n in names(b, "thread_name").items() if n.startswith("GPU")}

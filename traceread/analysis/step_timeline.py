@@ -109,6 +109,9 @@ def rank_intervals(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
         host = iv.intersect(idle, iv.merge(*hb))
         other = iv.subtract(idle, host)
         for kind, (s, e) in (("host_bound", host), ("idle", other)):
+            if s.size > MAX_ROWS_PER_STEP:  # keep the longest gaps
+                keep = np.sort(np.argsort(-(e - s), kind="stable")[:MAX_ROWS_PER_STEP])
+                s, e = s[keep], e[keep]
             if s.size:
                 rows = pl.concat([rows, pl.DataFrame({"step": step, "stream": IDLE_STREAM, "start": s, "end": e,
                                                       "kind": kind, "pg": None}, schema=SCHEMA)])

@@ -112,17 +112,12 @@ class FindingMarks:
                             "cat": "traceread.finding", "args": args})
 
     def _host_bound(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
-        from traceread.analysis import idle
+        from traceread.analysis.step_timeline import host_bound_gaps
 
         hit = self._finding("host_bound")
-        snapped = idle._snapped_gpu(rt)  # same gaps and classes as the report's numbers
-        if hit is None or snapped is None:
+        if hit is None:
             return
-        _gpu, base, ts, end, launch = snapped
-        g0, g1, cls = idle._whole_gpu_gaps(ts, end, launch, idle.KERNEL_GAP_THRESHOLD_US * 1000.0)
-        keep = (cls == idle.HOST_BOUND) & np.isfinite(g0) & np.isfinite(g1)
-        s, e = base + g0[keep] / 1000.0, base + g1[keep] / 1000.0
-        s, e = self._in_steps(s, e, wins)
+        s, e = self._in_steps(*host_bound_gaps(rt), wins)
         num, f = hit
         off = self.offsets.get(rank, 0.0)
         for a, b in self._longest(s, e):
