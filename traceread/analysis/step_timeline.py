@@ -181,7 +181,7 @@ def _pick_ranks(ranks: list[int], report: dict[str, Any], limit: int) -> tuple[l
     why: list[str] = []
 
     def add(rs: list[int], label: str) -> None:
-        new = [r for r in rs if r in ranks and r not in chosen][: max(0, limit - len(chosen))]
+        new = [r for r in dict.fromkeys(rs) if r in ranks and r not in chosen][: max(0, limit - len(chosen))]
         if new:
             chosen.extend(new)
             why.append(label)
@@ -196,7 +196,7 @@ def _pick_ranks(ranks: list[int], report: dict[str, Any], limit: int) -> tuple[l
     add([int(e["rank"]) for e in by_time[:2]], "slowest")
     add([int(e["rank"]) for e in by_time[-1:]], "fastest")
     stride = max(1, len(ranks) // max(1, limit - len(chosen)))
-    add(ranks[::stride], "evenly spaced")
+    add(ranks[::stride] + ranks, "evenly spaced")
     return sorted(chosen), f"{len(chosen)} of {len(ranks)} ranks shown: {', '.join(why)}"
 
 
