@@ -95,6 +95,14 @@ def test_every_multi_rank_sample_exports(sample: str, reports: dict[str, dict], 
     raw = load(Path(src["file"]))
     n_src = sum(1 for e in raw["traceEvents"] if e.get("ph") != "M")
     assert sum(1 for e in doc["traceEvents"] if e["pid"] == rank_pid(ranks[0]) and e["ph"] != "M") == n_src
+    # findings slices never partially overlap on one thread (Perfetto drops improperly nested slices)
+    by_thread: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for ev in doc["traceEvents"]:
+        if ev["pid"] == FINDINGS_PID and ev["ph"] == "X":
+            by_thread[ev["tid"]].append((ev["ts"], ev["ts"] + ev["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        assert all(b[0] >= a[1] - 1e-6 or b[1] <= a[1] + 1e-6 for a, b in zip(spans, spans[1:]))
     assert doc["otherData"]["clock"]["method"] == (rep["source"].get("clock") or {}).get("method", "none")
 
 

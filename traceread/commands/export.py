@@ -4,11 +4,28 @@ on one clock, with a track marking the report's findings. The work is in :mod:`t
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+
+
+@contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
+    """A progress bar on stderr while ranks are written (nothing when stderr is not a terminal)."""
+    if not enabled:
+        yield lambda _d: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("writing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda d: bar.update(task, advance=1, description=d)
 
 
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,9 +80,11 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
                    f"(ranks {min(known, default=0)}-{max(known, default=0)})", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT)
         return
+    n = len(ranks & known) if ranks is not None else len(known)
     try:
-        res = export_trace(doc, Path(output), ExportOptions(ranks=ranks, steps=steps, gpu_only=no_host,
-                                                           use_cache=not no_cache))
+        with _progress(sys.stderr.isatty(), n) as step:
+            res = export_trace(doc, Path(output), ExportOptions(ranks=ranks, steps=steps, gpu_only=no_host,
+                                                               use_cache=not no_cache), progress=step)
     except OSError as exc:
         raise click.ClickException(f"{output}: cannot write ({exc.strerror})") from exc
     for w in res.warnings:

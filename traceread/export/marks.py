@@ -1,6 +1,8 @@
 """The ``traceread findings`` process of the merged trace: where and when each finding happens.
 
-One thread per finding (two for a straggler), slices on the reference clock:
+One thread per finding and place (two for a straggler, one per rank for host-bound gaps, one per
+stage for bubbles), so slices on one thread never overlap (Perfetto drops improperly nested
+slices); times on the reference clock:
 
 * ``straggler`` — each collective the rank joined last: a "late" slice from the previous arrival
   to its own (the delay it added; the gap of :mod:`traceread.analysis.stragglers`' blame records),
@@ -107,7 +109,7 @@ class FindingMarks:
                rank: int | None, us: float, **extra: Any) -> None:
         where = f"rank {rank}, " if rank is not None else ""
         args = {"finding_id": f["id"], "finding": num, "title": f["title"], "rank": rank, "ms": _ms(us), **extra}
-        self.slices.append({"ph": "X", "pid": FINDINGS_PID, "tid": self._tid(thread), "ts": start,
+        self.slices.append({"ph": "X", "pid": FINDINGS_PID, "tid": thread, "ts": start,
                             "dur": max(end - start, 0.001), "name": f"#{num} {f['id']}: {what} ({where}{_ms(us)} ms)",
                             "cat": "traceread.finding", "args": args})
 
@@ -121,7 +123,7 @@ class FindingMarks:
         num, f = hit
         off = self.offsets.get(rank, 0.0)
         for a, b in self._longest(s, e):
-            self._slice(f"#{num} host_bound: GPU idle, next launch late", a - off, b - off, num, f,
+            self._slice(f"#{num} host_bound: rank {rank} GPU idle, next launch late", a - off, b - off, num, f,
                         "GPU idle waiting for a launch", rank, b - a)
 
     def _bubbles(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
@@ -239,10 +241,32 @@ class FindingMarks:
         """Every findings slice, then the process and thread names."""
         for fn in (self._stragglers, self._slow_steps, self._hang):
             fn()
+        self._pack()
         for s in self.slices:
             yield _encode(s)
         threads = {tid: (name, k) for k, (name, tid) in enumerate(self._threads.items())}
         yield from metadata_events(FINDINGS_PID, "traceread findings", -1, threads)
+
+    def _pack(self) -> None:
+        """Give each slice a tid: its thread, or a numbered copy of it where it would partially
+        overlap a slice already there (gloo runs collectives concurrently, for instance)."""
+        lanes: dict[str, list[list[float]]] = {}  # thread -> per lane, the ends of the open (enclosing) slices
+        self.slices.sort(key=lambda s: (str(s["tid"]), s["ts"], -s["dur"]))
+        for s in self.slices:
+            stacks = lanes.setdefault(str(s["tid"]), [])
+            end = s["ts"] + s["dur"]
+            k = len(stacks)
+            for i, open_ends in enumerate(stacks):
+                while open_ends and open_ends[-1] <= s["ts"]:
+                    open_ends.pop()
+                if not open_ends or end <= open_ends[-1]:
+                    k = i
+                    break
+            if k == len(stacks):
+                stacks.append([])
+            stacks[k].append(end)
+            s["tid"] = self._tid(str(s["tid"]) + (f" ({k + 1})" if k else ""))
+        self.slices.sort(key=lambda s: s["ts"])
 
     def unplaced(self) -> list[str]:
         """Findings that have no slice (no time and place, or none in the selection)."""
