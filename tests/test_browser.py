@@ -1,8 +1,8 @@
 """The HTML report in a real headless browser: every chart renders, no console message, no script
 injection, and a screenshot can be taken. Skips (with the reason) when chromium is not installed.
 
-Set ``TRACEREAD_UPDATE_SCREENSHOT=1`` to also write ``docs/img/report.png`` from a simulated
-8-rank DDP run with a straggler (the README's screenshot).
+Set ``TRACEREAD_UPDATE_SCREENSHOT=1`` to also write ``docs/img/report.png`` from the demo sample
+``sample_traces/ddp_straggler_h100`` (the README's screenshot).
 """
 
 from __future__ import annotations
@@ -116,15 +116,14 @@ def test_screenshot(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.environ.get("TRACEREAD_UPDATE_SCREENSHOT"), reason="set TRACEREAD_UPDATE_SCREENSHOT=1")
-def test_update_docs_screenshot(tmp_path: Path) -> None:
+def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it."""
     from traceread.analyze import ReportOptions, build_report
-    from traceread.simulate import simulate
 
-    run = tmp_path / "ddp_straggler"
-    simulate("ddp", run, ranks=8, steps=4, stragglers=[(5, 3000.0, "gpu")])
-    doc = build_report([run], ReportOptions(workers=2, use_cache=False))
+    monkeypatch.chdir(REPO)
+    doc = build_report(["sample_traces/ddp_straggler_h100"], ReportOptions(workers=2, use_cache=False))
     page = tmp_path / "report.html"
-    html.write_html(doc, page, title="traceread report — simulated 8×H100 DDP, rank 5 slow")
+    html.write_html(doc, page, title="traceread report — sample_traces/ddp_straggler_h100 (simulated 8×H100 DDP, rank 5 slow)")
     check_page(page, tmp_path)
     out = REPO / "docs" / "img" / "report.png"
     out.parent.mkdir(parents=True, exist_ok=True)
