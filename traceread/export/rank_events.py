@@ -39,6 +39,20 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
+class _Head(msgspec.Struct, gc=False):
+    """What the first pass needs of an event (args stay undecoded unless it is metadata)."""
+
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+_decode_head = msgspec.json.Decoder(_Head).decode
+
+
 def rank_pid(rank: int) -> int:
     """The merged file's pid of a rank (rank + 1: pid 0 is avoided, some viewers treat it specially)."""
     return rank + 1
@@ -54,22 +68,27 @@ class RankEvents:
     threads: dict[int, tuple[str, int]] = field(default_factory=dict)  # tid -> (name, sort index)
 
 
-def _labels(events: list[dict[str, Any]]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str], set[Any]]:
-    """Original process labels, thread names and the set of GPU pids."""
+def _labels(raws: list[msgspec.Raw]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str], set[Any]]:
+    """Original process labels, thread names and the set of GPU pids (first pass, light decode)."""
     pname: dict[Any, str] = {}
     tname: dict[tuple[Any, Any], str] = {}
     gpu: set[Any] = set()
-    for e in events:
-        if e.get("ph") == "M":
-            args = e.get("args") or {}
-            if e.get("name") == "process_labels" and args.get("labels"):
-                pname[e.get("pid")] = str(args["labels"])
-            elif e.get("name") == "process_name" and args.get("name") and e.get("pid") not in pname:
-                pname[e.get("pid")] = str(args["name"])
-            elif e.get("name") == "thread_name" and args.get("name"):
-                tname[(e.get("pid"), e.get("tid"))] = str(args["name"])
-        elif e.get("cat") in GPU_CATEGORIES:
-            gpu.add(e.get("pid"))
+    for raw in raws:
+        try:
+            e = _decode_head(raw)
+        except msgspec.ValidationError:
+            continue
+        if e.ph == "M":
+            args = _decode(e.args) if e.args else {}
+            args = args if isinstance(args, dict) else {}
+            if e.name == "process_labels" and args.get("labels"):
+                pname[e.pid] = str(args["labels"])
+            elif e.name == "process_name" and args.get("name") and e.pid not in pname:
+                pname[e.pid] = str(args["name"])
+            elif e.name == "thread_name" and args.get("name"):
+                tname[(e.pid, e.tid)] = str(args["name"])
+        elif isinstance(e.cat, str) and e.cat in GPU_CATEGORIES:
+            gpu.add(e.pid)
     for p, label in pname.items():
         if label.startswith("GPU"):
             gpu.add(p)
@@ -95,7 +114,8 @@ def _overlaps(e: dict[str, Any], window: tuple[float, float]) -> bool:
 
 def rank_events(path: str | Path, rank: int, offset_us: float, *, window: tuple[float, float] | None = None,
                 gpu_only: bool = False, info: RankEvents | None = None) -> Iterator[bytes]:
-    """The rank's remapped events, JSON-encoded one by one (only this rank's events in memory).
+    """The rank's remapped events, JSON-encoded one by one (only this rank's file in memory, and one
+    decoded event at a time).
 
     ``info`` collects the counts, the time span written and the thread names (for the metadata
     events the caller writes after the rank). Raises :class:`traceread.errors.TraceFileError`
@@ -103,14 +123,15 @@ def rank_events(path: str | Path, rank: int, offset_us: float, *, window: tuple[
     """
     p = Path(path)
     top = decode_top(read_bytes(p), p)
-    events = [_decode(r) for r in split_events(top["traceEvents"], p)]
-    del top
-    events = [e for e in events if isinstance(e, dict)]
-    pname, tname, gpu_pids = _labels(events)
+    raws = split_events(top["traceEvents"], p)
+    pname, tname, gpu_pids = _labels(raws)
     info = info if info is not None else RankEvents()
     pid = rank_pid(rank)
     tids: dict[tuple[Any, Any], int] = {}
-    for e in events:
+    for raw in raws:
+        e = _decode(raw)  # one event as a dict at a time: memory is the file, not its objects
+        if not isinstance(e, dict):
+            continue
         ph = e.get("ph")
         if ph == "M":
             continue
