@@ -199,3 +199,20 @@ def test_selection_parsing() -> None:
         parse_steps("5:2")
     with pytest.raises(ValueError):
         parse_ranks("3-1")
+
+
+def test_real_8_rank_dlrm_job(shared_traces: Path, tmp_path: Path) -> None:
+    """A real recorded 8-rank NCCL job (../shared): valid, one process per rank, findings marked."""
+    folder = shared_traces / "param_dlrm_8rank"
+    if not folder.is_dir():
+        pytest.skip("param_dlrm_8rank not in ../shared")
+    rep = build_report([folder], ReportOptions(workers=1))
+    out = tmp_path / "dlrm.json.gz"
+    res = export_trace(rep, out)
+    doc = load(out)
+    check_chrome_trace(doc)
+    procs = {n for (_, _), n in names(doc, "process_name").items()}
+    assert {f"rank {r} (Tesla V100-SXM2-32GB)" for r in range(8)} <= procs
+    marks = [e for e in doc["traceEvents"] if e["pid"] == FINDINGS_PID and e["ph"] == "X"]
+    assert res.findings_slices == len(marks) > 0
+    assert {m["args"]["finding_id"] for m in marks} <= {f["id"] for f in rep["findings"]}
