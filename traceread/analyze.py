@@ -85,7 +85,7 @@ class RankSummary:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     roofline: dict[str, Any] | None = None
     host_self: pl.DataFrame | None = None  # host_activity.host_self_time: what the host did per step
-    timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: GPU intervals of two steps
+    timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     warnings: list[str] = field(default_factory=list)
 
 
