@@ -75,6 +75,10 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
     known = {int(e["rank"]) for e in doc.get("ranks") or []}
+    if not known:
+        click.echo(f"traceread: error: no readable trace under {', '.join(paths)} (nothing to put on a timeline)", err=True)
+        click.get_current_context().exit(EXIT_NO_TRACES)
+        return
     if ranks is not None and not ranks & known:
         click.echo(f"traceread: error: --ranks {ranks_text}: none of these ranks is in the traces "
                    f"(ranks {min(known, default=0)}-{max(known, default=0)})", err=True)
