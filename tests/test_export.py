@@ -189,6 +189,11 @@ def test_cli_reports_size_and_rejects_bad_selection(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--ranks" in bad.output
     none = CliRunner().invoke(cli, ["export", str(SAMPLES / "pp_gpipe_h100"), "-o", str(out), "--ranks", "99"])
     assert none.exit_code == 2
+    hang_only = tmp_path / "hang_only"  # a hang dump without traces: nothing to draw
+    hang_only.mkdir()
+    (hang_only / "run.json").write_text("{}")
+    empty = CliRunner().invoke(cli, ["export", str(hang_only), "-o", str(tmp_path / "e.json")])
+    assert empty.exit_code == 3 and not (tmp_path / "e.json").exists()
 
 
 def test_selection_parsing() -> None:
