@@ -410,10 +410,12 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Callable[[str],
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from traceread.reports.sanitize import clean
+
     with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+                  TextColumn("{task.description}", markup=False), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=total)
-        yield lambda d: bar.update(task, advance=1, description=d)
+        yield lambda d: bar.update(task, advance=1, description=clean(d))  # d is a file name
 
 
 #: Ranks already in the parse cache that are summarised in this process instead of in a worker:
@@ -601,6 +603,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     Raises :class:`NothingUsableError` when nothing can be analysed, and
     :class:`traceread.errors.RankConflictError` when the files are not one job.
     """
+    from traceread.analysis.nccl_log import nccl_logs_under, parse_nccl_logs
     from traceread.reader.discover import find
     from traceread.reader.read import explain_failure
 
@@ -611,6 +614,9 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         warnings.append(f"{m}: no such file or folder")
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
     run_dir = _run_dir(paths, found.run_json)
+    nccl_logs = _guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
+    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
+    nccl = _guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
 
     results = _summarise_all(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
@@ -625,7 +631,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         from traceread.analysis.hang import diagnose_hang
 
         hang = _guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
-    if not summaries and hang is None:
+    if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
         if found.files or found.missing:
@@ -639,14 +645,6 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     hosts, recorded = _hosts(run_info, warnings)
     for e in ranks:
         e["host"] = hosts.get(e["rank"])
-
-    nccl = None
-    if run_dir is not None:
-        from traceread.analysis.nccl_log import find_nccl_logs, parse_nccl_logs
-
-        logs = _guarded("NCCL log search", warnings, lambda: find_nccl_logs(run_dir), [])
-        if logs:
-            nccl = _guarded("NCCL log", warnings, lambda: parse_nccl_logs(logs))
 
     report: Report = {
         "schema": SCHEMA_ID,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 from traceread.errors import TraceReadError
 
 
@@ -36,9 +37,14 @@ def _ranks(value: str) -> str:
                                  "help_option_names": ["-h", "--help"]})
 @click.option("-o", "--output", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="RUN folder to write (created; shared folder with several hosts -> RUN/<host>/).")
-@click.option("--wait", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: steps skipped.")
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: warm-up steps.")
-@click.option("--active", default=2, show_default=True, type=click.IntRange(1), help="Profiler schedule: recorded steps.")
+@click.option("--wait", default=DEFAULT_WAIT, show_default=True, type=click.IntRange(0),
+              help="Profiler schedule: steps skipped after the first optimizer step (start-up: lazy NCCL init, "
+                   "DDP bucket rebuild, allocator growth, torch.compile/autotuning, optimizer state).")
+@click.option("--warmup", default=DEFAULT_WARMUP, show_default=True, type=click.IntRange(0),
+              help="Profiler schedule: steps traced but discarded (profiler start-up cost).")
+@click.option("--active", default=DEFAULT_ACTIVE, show_default=True, type=click.IntRange(1),
+              help="Profiler schedule: steps recorded (enough for slow-step statistics). The job needs "
+                   "1 + wait + warmup + active optimizer steps for a trace (19 by default).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Profiler cycles; each finished cycle replaces traces/rank{R}.pt.trace.json.gz.")
 @click.option("--ranks", default="all", show_default=True, help="Ranks to profile: 'all' or e.g. 0,3.")
@@ -79,7 +85,8 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, ran
     \b
     Examples:
       traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
-      traceread collect -o runs/exp1 --wait 5 --active 3 --ranks 0,7 -- python -m torch.distributed.run ...
+      traceread collect -o runs/exp1 --wait 20 --active 5 --ranks 0,7 -- python -m torch.distributed.run ...
+      traceread collect -o runs/short --wait 0 --warmup 1 --active 3 -- torchrun ... train.py --steps 6
       traceread collect -o runs/hang --hang-timeout 120 --on-hang kill -- torchrun ... train.py
       srun -N4 traceread collect -o /shared/runs/exp2 -- torchrun --nnodes 4 ... train.py
       kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now

@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.reports.sanitize import clean
 
 DIFF_SCHEMA = "traceread.diff/1"
 
@@ -142,6 +143,9 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
     from rich.table import Table
     from rich.text import Text
 
+    from traceread.reports.sanitize import clean_data, clean_lines
+
+    d = clean_data(d)  # kernel/op/collective names and paths: no terminal control survives
     buf = io.StringIO()
     con = Console(file=buf, width=width, color_system=None if plain else "auto", force_terminal=not plain,
                   highlight=False)
@@ -185,7 +189,7 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
         table("Collectives", rows)
     if d["findings"]:
         table("Findings — time lost per step", [_fmt_row(f["id"], f) for f in d["findings"]])
-    return buf.getvalue()
+    return clean_lines(buf.getvalue())
 
 
 @click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
@@ -219,7 +223,7 @@ def diff(a: str, b: str, fmt: str, output: str | None, top: int, no_cache: bool)
         ra = build_report([a], opts)
         rb = build_report([b], opts)
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
     d = diff_reports(ra, rb, top=top)  # type: ignore[arg-type]
