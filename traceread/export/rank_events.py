@@ -25,7 +25,8 @@ from typing import Any
 
 import msgspec
 
-from traceread.reader.decode import decode_top, read_bytes, split_events
+from traceread.reader.decode import decode_top, split_events
+from traceread.reader.inflate import uncompressed_chunks
 
 #: Tids per merged process: tid = pid * TIDS_PER_PID + k.
 TIDS_PER_PID = 10_000
@@ -122,7 +123,7 @@ def rank_events(path: str | Path, rank: int, offset_us: float, *, window: tuple[
     for an unreadable file.
     """
     p = Path(path)
-    top = decode_top(read_bytes(p), p)
+    top = decode_top(b"".join(uncompressed_chunks(p)), p)
     raws = split_events(top["traceEvents"], p)
     pname, tname, gpu_pids = _labels(raws)
     info = info if info is not None else RankEvents()
