@@ -168,6 +168,10 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
             console.print(Text(f"  … {len(warnings) - top} more in the JSON/HTML report", style="yellow"))
     if html_path:
         console.print(Text("HTML report: ", style="bold") + Text(clean_data(html_path)))
+    if len(report.get("ranks") or []) > 1:
+        from traceread.reports.html import export_command
+
+        console.print(Text("Timeline of every rank (Perfetto): ", style="bold") + Text(clean_data(export_command(report))))
 
 
 def render_text(report: Report, *, top: int = 10, width: int = 120, html_path: str | None = None) -> str:

@@ -86,6 +86,7 @@ class RankSummary:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     roofline: dict[str, Any] | None = None
     host_self: pl.DataFrame | None = None  # host_activity.host_self_time: what the host did per step
+    timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     warnings: list[str] = field(default_factory=list)
 
 
@@ -275,7 +276,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                     lambda: collectives.comm_events(rt, wtab), None)
     if comm is None:
         comm = pl.DataFrame(schema=collectives.EXTRACT_SCHEMA)
-    from traceread.analysis import host_activity
+    from traceread.analysis import host_activity, step_timeline
 
     host_self = _guarded(f"rank {rt.rank}: host activity", warnings,
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
@@ -287,6 +288,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         kernels=_kernels(rt, windows, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
         warnings=warnings, host_self=host_self,
+        timeline=_guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
     )
 
 
@@ -670,6 +672,10 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         detail = next((s.roofline for s in summaries if s.roofline), None)
         report["roofline"] = detail
         _formula_mfu(report, opts, warnings)
+        from traceread.analysis.step_timeline import job_timeline
+
+        report["step_timeline"] = _guarded("step timeline", warnings, lambda: job_timeline(
+            {s.entry["rank"]: s.timeline for s in summaries if s.timeline is not None}, report))
 
     cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
     "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
+    "export": ("traceread.commands.export", "export", "Merge every rank into one Perfetto timeline on one clock, findings marked."),
 }
 
 
@@ -55,6 +56,7 @@ def cli() -> None:
       traceread report runs/exp1 --format json -o report.json
       traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py
       traceread hang runs/exp1
+      traceread export runs/exp1 -o exp1.json.gz     # one timeline for ui.perfetto.dev
     """
 
 

@@ -49,8 +49,8 @@ def _set_max_rank_bytes(text: str) -> None:
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write the report here (format from --format or the file extension: .html, .json, .txt).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+              help="Write the report here (format from --format or the file extension: .html, .json, .txt); - for stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
 @click.option("--no-cache", is_flag=True, help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
@@ -86,6 +86,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1                       # summary + runs/exp1/traceread-report.html
       traceread report runs/exp1 -o exp1.html          # HTML where you want it
       traceread report 'traces/rank*.json.gz' --format json -o report.json
+      traceread report runs/exp1 --format json -o - | jq .findings   # JSON on stdout
       traceread report runs/exp1 --format text --top 20
       traceread report runs/long --cycle all          # every profiling cycle + what grew over time
       traceread report tb_logs/ --cycle 2             # one cycle of a tensorboard_trace_handler folder
@@ -132,6 +133,11 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
 
+    if output == "-":  # stdout: the document only, nothing else on it
+        text = (json_report.to_json(doc) + "\n" if fmt == "json" else terminal.render_text(doc, top=top)
+                if fmt == "text" else html_mod.render_html(doc, title=f"traceread report — {', '.join(paths)[:120]}"))
+        click.echo(text, nl=False)
+        return
     if fmt == "json":
         text = json_report.to_json(doc)
         if output:
