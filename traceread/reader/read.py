@@ -80,7 +80,7 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     """
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
-    rank = rank_from_name(path)
+    rank = rank_from_name(str(path))
     return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
 
 
