@@ -104,11 +104,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     inconsistent traces, e.g. two runs mixed, or a path that does not exist), 3 no trace file
     found under PATHS.
     """
-    from rich.console import Console
-
     from traceread.analyze import NothingUsableError, ReportOptions, build_report
-    from traceread.reports import html as html_mod
-    from traceread.reports import json_report, terminal
 
     if (params is None) != (tokens_per_step is None):
         raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
@@ -132,6 +128,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         return
 
     if fmt == "json":
+        from traceread.reports import json_report
+
         text = json_report.to_json(doc)
         if output:
             Path(output).write_text(text + "\n", encoding="utf-8")
@@ -139,6 +137,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         else:
             click.echo(text)
         return
+    from traceread.reports import terminal
+
     if fmt == "text":
         out = terminal.render_text(doc, top=top)
         if output:
@@ -147,6 +147,10 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         else:
             click.echo(out, nl=False)
         return
+
+    from rich.console import Console
+
+    from traceread.reports import html as html_mod
 
     html_path: Path | None = None
     if fmt == "html" or not no_html:

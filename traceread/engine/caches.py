@@ -81,26 +81,29 @@ def slot(kind: str, *about: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """Hash of the code a summary or document depends on: the sources of ``traceread`` and
-    ``traceread.reports``, Python and the versions of polars, numpy, msgspec and pyarrow. Any edit
-    or upgrade makes every cached summary and document a miss. Imports none of them (warm path)."""
-    from importlib import metadata
-
+    """Hash of the code a summary or document depends on: every source file of ``traceread`` and
+    ``traceread.reports`` and the installed polars, numpy, msgspec and pyarrow, each by (path, size,
+    ``mtime_ns``) like Python's own bytecode check, plus the Python version. Any edit, checkout or
+    upgrade makes every cached summary and document a miss. Stats files only, imports nothing: the
+    warm document path runs it."""
     h = hashlib.sha256(sys.version.encode())
+
+    def add(p: Path) -> None:
+        st = p.stat()
+        h.update(f"|{p}|{st.st_size}|{st.st_mtime_ns}".encode())
+
     for dist in ("polars", "numpy", "msgspec", "pyarrow"):
-        try:
-            h.update(f"|{dist}={metadata.version(dist)}".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"|{dist}=none".encode())
+        spec = importlib.util.find_spec(dist)
+        if spec is not None and spec.origin:
+            add(Path(spec.origin))
     for pkg in ("traceread", "traceread.reports"):
         spec = importlib.util.find_spec(pkg)
         for base in (spec.submodule_search_locations or []) if spec else []:
-            root = Path(base)
-            for p in sorted(root.rglob("*")):
-                if p.suffix in (".py", ".json", ".toml", ".csv", ".j2", ".html", ".js", ".css") \
-                        and "__pycache__" not in p.parts and p.is_file():
-                    h.update(f"{pkg}/{p.relative_to(root)}".encode())
-                    h.update(p.read_bytes())
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for name in sorted(filenames):
+                    if name.endswith((".py", ".json", ".toml", ".csv", ".j2", ".html", ".js", ".css")):
+                        add(Path(dirpath) / name)
     return h.hexdigest()
 
 

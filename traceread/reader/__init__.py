@@ -2,9 +2,24 @@
 
 ``discover`` finds trace files, ``read_rank`` reads one file (through the parquet cache),
 ``read_traces`` reads a whole job in parallel and never fails because one rank is broken.
+The names are resolved on first use, so importing ``traceread.reader.discover`` (the report's warm
+path) does not import polars.
 """
 
-from traceread.reader.discover import discover
-from traceread.reader.read import read_rank, read_traces
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["discover", "read_rank", "read_traces"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "discover":
+        from traceread.reader.discover import discover
+
+        return discover
+    if name in ("read_rank", "read_traces"):
+        from traceread.reader import read
+
+        return getattr(read, name)
+    raise AttributeError(name)
