@@ -39,8 +39,15 @@ from traceread.engine import executors
 folder, cache, executor, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if executor == "ray":
     import os, ray
-    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    for attempt in range(3):  # Ray gives its raylet 30 s to start: not always enough on a loaded box
+        try:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
 t_ready = time.perf_counter()
 phase = {}
 real = executors.summarise_files
