@@ -29,6 +29,7 @@ __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
 #: Folders and files of a collected run folder that analyses read besides the traces (document key).
 RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject")
 RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 
 class NothingUsableError(TraceReadError):
@@ -55,14 +56,21 @@ def _run_dir(paths: Sequence[str | Path], run_json: list[Path]) -> Path | None:
     return None
 
 
-def _side_files(run_dir: Path | None) -> list[Path]:
-    """The run folder's non-trace inputs (hang evidence, NCCL logs, run.json), for the document key."""
-    if run_dir is None:
-        return []
-    out = [run_dir / n for n in RUN_SIDE_FILES if (run_dir / n).is_file()]
-    for d in RUN_SIDE_DIRS:
-        if (run_dir / d).is_dir():
-            out += sorted(p for p in (run_dir / d).rglob("*") if p.is_file())
+def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
+    """Non-trace inputs an analysis may read, for the document key: the run folder's hang evidence,
+    NCCL logs and run.json, and logs lying directly in a folder the user named."""
+    out: list[Path] = []
+    if run_dir is not None:
+        out += [run_dir / n for n in RUN_SIDE_FILES if (run_dir / n).is_file()]
+        for d in RUN_SIDE_DIRS:
+            if (run_dir / d).is_dir():
+                out += sorted(p for p in (run_dir / d).rglob("*") if p.is_file())
+    for p in paths:
+        q = Path(p) if not (isinstance(p, str) and "://" in p) else None
+        if q is not None and q.is_dir():
+            out += sorted(f for f in q.iterdir() if f.suffix in LOG_SUFFIXES and f.is_file())
+        elif q is not None and q.suffix in LOG_SUFFIXES and q.is_file():
+            out.append(q)
     return out
 
 
@@ -90,7 +98,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
     if root is not None and found.files and not found.missing:
-        key = caches.document_key([str(p) for p in paths], found.files, _side_files(run_dir), opts.analysis_key(),
+        key = caches.document_key([str(p) for p in paths], found.files, _side_files(paths, run_dir), opts.analysis_key(),
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
