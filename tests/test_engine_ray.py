@@ -91,3 +91,19 @@ def test_cli_executor_ray_without_ray_is_one_line(tmp_path: Path) -> None:
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == "traceread: error: --executor ray needs Ray: pip install 'traceread[ray]'"
+
+
+def test_second_report_is_served_on_the_driver(jobs: dict[str, Path], ray_head: object, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Summaries that came back from Ray tasks are cached on the driver: no task runs the second time."""
+    from traceread.engine import caches, ray_executor
+
+    opts = ReportOptions(cache_dir=tmp_path / "cache", executor="ray")
+    first = build_report([jobs["tp_dp"]], opts)
+    shutil.rmtree(tmp_path / "cache" / caches.DOCUMENT_FOLDER)
+
+    def no_tasks(self: object, *a: object) -> None:
+        raise AssertionError("a Ray task ran although every summary was cached")
+
+    monkeypatch.setattr(ray_executor.RayExecutor, "map", no_tasks)
+    assert differences(first, build_report([jobs["tp_dp"]], opts)) == []

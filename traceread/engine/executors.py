@@ -163,7 +163,7 @@ def summarise_files(files: Sequence[Any], opts: ReportOptions) -> dict[Any, Any]
                 out[f] = TraceFileError(res.reason, str(f))
             else:
                 try:
-                    out[f] = tasks.decode_result(res, f)
+                    out[f] = tasks.decode_result(res, task_of[f], store_here=opts.executor == "ray")
                 except Exception as exc:  # noqa: BLE001 - a garbled result fails one rank
                     out[f] = TraceFileError(f"unreadable result from the worker: {type(exc).__name__}", str(f))
             advance(task_of[f].name)

@@ -111,12 +111,18 @@ def summarise_task(task: RankTask) -> bytes:
     return msgspec.msgpack.encode({"summary": data})
 
 
-def decode_result(data: bytes, file: Any) -> Any:
-    """A worker's bytes -> RankSummary or TraceFileError."""
+def decode_result(data: bytes, task: RankTask, store_here: bool = False) -> Any:
+    """A worker's bytes -> RankSummary or TraceFileError. ``store_here``: also put the summary in this
+    machine's summary cache (a Ray worker on another node filled only its own)."""
     doc = msgspec.msgpack.decode(data)
     if "error" in doc:
-        return TraceFileError(str(doc["error"]), str(file))
-    return caches.decode_summary(doc["summary"])
+        return TraceFileError(str(doc["error"]), str(task.file))
+    summary = caches.decode_summary(doc["summary"])
+    if store_here and task.use_cache:
+        key = caches.summary_key(task.file, task.spec_file, task.detail)
+        if key is not None:
+            caches.store_summary(doc["summary"], key, caches.cache_root(task.cache_dir))
+    return summary
 
 
 def parse_task(path: str, root: str) -> str | TraceFileError:
