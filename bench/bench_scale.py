@@ -84,11 +84,13 @@ print(json.dumps({"rerender_s": round(time.perf_counter() - t0, 3), "ranks": len
 def simulated(ranks: int) -> Path:
     folder = DATA / f"sim_ddp_{ranks}"
     if not (folder / "truth.json").is_file():
-        from traceread.simulate import simulate
-
+        # In its own process: a child forked from a process that had simulated the job would inherit
+        # that process's peak in ru_maxrss (Linux keeps it across exec) and misreport the driver.
         t0 = time.perf_counter()
-        simulate("ddp", folder, ranks=ranks, steps=2, layers=1, hidden=1024, seq_len=512, heads=8,
-                 stragglers=[(ranks // 3, 2000.0, "gpu")])
+        code = ("import sys; from traceread.simulate import simulate; "
+                "simulate('ddp', sys.argv[1], ranks=int(sys.argv[2]), steps=2, layers=1, hidden=1024, "
+                "seq_len=512, heads=8, stragglers=[(int(sys.argv[2]) // 3, 2000.0, 'gpu')])")
+        subprocess.run([sys.executable, "-c", code, str(folder), str(ranks)], check=True, cwd=REPO)
         print(json.dumps({"simulated_ranks": ranks, "simulate_s": round(time.perf_counter() - t0, 1)}), flush=True)
     return folder
 
