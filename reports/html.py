@@ -132,7 +132,14 @@ def render_html(report: Report, *, title: str | None = None) -> str:
         steps=total_steps(report), version=__version__, floor_us=charts.busbw_floor_us,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nccl_items=_nccl_items(report.get("nccl")),
+        drift_html=_drift_html(report),
     )
+
+
+def _drift_html(report: Report) -> Any:
+    from traceread.reports.drift_view import html_section
+
+    return html_section(report)  # type: ignore[arg-type]
 
 
 NCCL_LABELS: dict[str, str] = {

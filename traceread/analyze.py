@@ -116,10 +116,18 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     from traceread.reader.read import explain_failure
     from traceread.summary import RankSummary, guarded
 
+    from traceread.analysis.nccl_log import nccl_logs_under, parse_nccl_logs
+    from traceread.reader import cycles
+
     warnings: list[str] = []
     for m in found.missing:
         warnings.append(f"{m}: no such file or folder")
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
+    nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
+    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
+    nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
+    chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
+    found.files = cycles.chosen_files(chosen, found.files)
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
@@ -134,7 +142,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         from traceread.analysis.hang import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
-    if not summaries and hang is None:
+    if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
         if found.files or found.missing:
@@ -148,14 +156,6 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     hosts, recorded = crossrank.run_hosts(run_info, warnings)
     for e in ranks:
         e["host"] = hosts.get(e["rank"])
-
-    nccl = None
-    if run_dir is not None:
-        from traceread.analysis.nccl_log import find_nccl_logs, parse_nccl_logs
-
-        logs = guarded("NCCL log search", warnings, lambda: find_nccl_logs(run_dir), [])
-        if logs:
-            nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(logs))
 
     report: Report = {
         "schema": SCHEMA_ID,
@@ -178,6 +178,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         report["roofline"] = next((s.roofline for s in summaries if s.roofline), None)
         crossrank.formula_mfu(report, opts, warnings)
 
+    cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

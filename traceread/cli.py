@@ -13,6 +13,7 @@ import click
 
 from traceread import __version__
 from traceread.errors import EXIT_BAD_INPUT, TraceReadError
+from traceread.reports.sanitize import clean, clean_lines
 
 # name -> (module, attribute, one-line help shown by `traceread --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -65,10 +66,11 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        exc.message = clean_lines(exc.message)  # may quote a file name
         exc.show()
         sys.exit(exc.exit_code)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except SystemExit:
         raise

@@ -36,6 +36,7 @@ class ReportOptions:
     seq_len: int | None = None
     d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
+    cycle: str | None = None  # profiling cycle to analyse: None/latest, N, RUN:N (reader.cycles)
     top_kernels: int = TOP_KERNELS
     executor: str = "local"  # "local" | "ray"
     ray_address: str | None = None  # None: start (or join) a local Ray
@@ -44,5 +45,5 @@ class ReportOptions:
     def analysis_key(self) -> dict[str, Any]:
         """The fields that change the document (the device-spec file enters by content elsewhere)."""
         return {"params": self.params, "tokens_per_step": self.tokens_per_step, "n_layers": self.n_layers,
-                "seq_len": self.seq_len, "d_model": self.d_model, "top_kernels": self.top_kernels,
+                "seq_len": self.seq_len, "d_model": self.d_model, "top_kernels": self.top_kernels, "cycle": self.cycle,
                 "device_spec": str(self.device_spec) if self.device_spec else None}

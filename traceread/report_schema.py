@@ -150,3 +150,4 @@ class Report(TypedDict, total=False):
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
     straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
     nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses
+    drift: dict[str, Any]  # only with --cycle all: per-cycle numbers + growth first -> last (analysis.drift)

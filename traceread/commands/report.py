@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.reports.sanitize import clean
 
 FORMATS = ("rich", "html", "text", "json")
 DEFAULT_NAME = "traceread-report.html"
@@ -53,6 +54,16 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
     return "rich"
 
 
+def _set_max_rank_bytes(text: str) -> None:
+    """The reader's size guard, through the environment so spawned reader workers see it too."""
+    from traceread.reader.inflate import MAX_RANK_BYTES_ENV, parse_size
+
+    try:
+        os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-rank-bytes") from None
+
+
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
@@ -72,18 +83,24 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
               help="Rows per table in the terminal summary (findings, ranks, collectives).")
 @click.option("-j", "--workers", type=click.IntRange(1, 256), default=None,
               help="Worker processes for reading ranks (default: one per CPU).")
+@click.option("--cycle", "cycle", default="latest", show_default=True, metavar="N|RUN:N|all|latest",
+              help="Folders with several profiling cycles (or runs): which to analyse. latest = the latest "
+                   "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
+                   "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
 @click.option("--ray-address", metavar="ADDR", default=None,
               help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")
+@click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
+              help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
 @click.option("--storage-options", metavar="JSON", default=None,
               help='fsspec options for s3:// gs:// az:// https:// PATHS, e.g. \'{"endpoint_url": "http://minio:9000"}\' '
                    "(default: $TRACEREAD_STORAGE_OPTIONS).")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
            device_spec: str | None, top: int, workers: int | None, no_html: bool, executor: str,
-           ray_address: str | None, storage_options: str | None) -> None:
+           ray_address: str | None, storage_options: str | None, cycle: str, max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -94,6 +111,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1 -o exp1.html          # HTML where you want it
       traceread report 'traces/rank*.json.gz' --format json -o report.json
       traceread report runs/exp1 --format text --top 20
+      traceread report runs/long --cycle all          # every profiling cycle + what grew over time
+      traceread report tb_logs/ --cycle 2             # one cycle of a tensorboard_trace_handler folder
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
@@ -116,14 +135,26 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         click.echo("traceread: error: --executor ray needs Ray: pip install 'traceread[ray]'", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT)
         return
+    _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
-                         device_spec=Path(device_spec) if device_spec else None, executor=executor,
+                         device_spec=Path(device_spec) if device_spec else None, cycle=cycle, executor=executor,
                          ray_address=ray_address, storage_options=_storage_options(storage_options))
+    from traceread.reader.cycles import CycleChoiceError
+
     try:
-        doc = build_report(list(paths), opts)
-    except NothingUsableError as exc:
+        if cycle.strip().lower() == "all":
+            from traceread.analysis.drift import build_all_cycles
+
+            doc = build_all_cycles(list(paths), opts)
+        else:
+            doc = build_report(list(paths), opts)
+    except CycleChoiceError as exc:
         click.echo(f"traceread: error: {exc}", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT)
+        return
+    except NothingUsableError as exc:
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
 
@@ -159,14 +190,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
         except OSError as exc:
             if output or html_path.parent.resolve() == Path.cwd().resolve():
-                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror}); choose a file with -o") from exc
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc.strerror}); choose a file with -o") from exc
             fallback = Path.cwd() / DEFAULT_NAME
-            click.echo(f"traceread: {html_path}: cannot write ({exc.strerror}); writing {fallback} instead", err=True)
+            click.echo(f"traceread: {clean(str(html_path))}: cannot write ({exc.strerror}); writing {clean(str(fallback))} instead", err=True)
             html_path = fallback
             try:
                 html_mod.write_html(doc, html_path)
             except OSError as exc2:
-                raise click.ClickException(f"{html_path}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped into a log or `less`: rich would fall back to 80 columns and squash the tables.

@@ -275,7 +275,10 @@ def progress(enabled: bool, total: int, label: str) -> Iterator[Callable[[str], 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from traceread.reports.sanitize import clean
+
     with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+                  TextColumn("{task.description}", markup=False), console=Console(stderr=True),
+                  transient=True) as bar:
         task = bar.add_task("", total=total)
-        yield lambda d: bar.update(task, advance=1, description=d)
+        yield lambda d: bar.update(task, advance=1, description=clean(d))  # d is a file name
