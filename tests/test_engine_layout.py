@@ -22,7 +22,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "analysis/": ("traceread.engine", "traceread.summary", "traceread.crossrank", "traceread.analyze",
                   "traceread.commands"),
     "reader/": ("traceread.engine", "traceread.summary", "traceread.crossrank", "traceread.analyze",
-                "traceread.commands", "traceread.analysis"),
+                "traceread.commands"),
 }
 EXCEPTIONS = {("reader/read.py", "traceread.engine"),
               ("analysis/drift.py", "traceread.analyze")}  # --cycle all: one report per cycle (to move up)

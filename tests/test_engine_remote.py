@@ -53,6 +53,7 @@ def _normalised(doc: dict) -> dict:
     """The same document with file locations reduced to file names (local paths vs URLs)."""
     doc = json.loads(json.dumps(doc, default=str))
     doc["source"]["paths"] = []
+    doc["source"].pop("cycle", None)  # profiling cycles are grouped for local files only (so far)
     for r in doc["ranks"]:
         r["file"] = Path(r["file"]).name
     doc["warnings"] = [w for w in doc["warnings"] if "rank" not in w or "missing" not in w]

@@ -126,8 +126,11 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
     found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
     nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
-    chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
-    found.files = cycles.chosen_files(chosen, found.files)
+    # several cycles/runs: analyse one (local files; objects in a bucket are not grouped yet)
+    remote = [f for f in found.files if getattr(f, "url", None) is not None]
+    local = [f for f in found.files if getattr(f, "url", None) is None]
+    chosen = cycles.select(local, opts.cycle, warnings) if local else None
+    found.files = (cycles.chosen_files(chosen, local) if chosen is not None else []) + remote
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
@@ -178,7 +181,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         report["roofline"] = next((s.roofline for s in summaries if s.roofline), None)
         crossrank.formula_mfu(report, opts, warnings)
 
-    cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
+    if chosen is not None:
+        cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

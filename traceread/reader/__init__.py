@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+# Bound here, not lazily: once the submodule ``discover`` is imported it would shadow the function.
+from traceread.reader.discover import discover
+
 __all__ = ["discover", "read_rank", "read_traces"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "discover":
-        from traceread.reader.discover import discover
-
-        return discover
     if name in ("read_rank", "read_traces"):
         from traceread.reader import read
 

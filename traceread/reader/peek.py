@@ -141,11 +141,11 @@ def peek(facts: FileFacts) -> FileFacts:
 
 def _peek_file(facts: FileFacts) -> None:
     from traceread.analysis.warmup import warmup_event
-    from traceread.reader.decode import read_bytes
+    from traceread.reader.inflate import uncompressed_chunks
 
     facts.peeked = True
     try:
-        doc = _DOC.decode(read_bytes(facts.path))
+        doc = _DOC.decode(b"".join(uncompressed_chunks(facts.path)))  # bounded by --max-rank-bytes
     except TraceFileError as exc:
         facts.unreadable = exc.message
         return
