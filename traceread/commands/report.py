@@ -140,8 +140,6 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
                          device_spec=Path(device_spec) if device_spec else None, cycle=cycle, executor=executor,
                          ray_address=ray_address, storage_options=_storage_options(storage_options))
-    from traceread.reader.cycles import CycleChoiceError
-
     try:
         if cycle.strip().lower() == "all":
             from traceread.analysis.drift import build_all_cycles
@@ -149,7 +147,11 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             doc = build_all_cycles(list(paths), opts)
         else:
             doc = build_report(list(paths), opts)
-    except CycleChoiceError as exc:
+    except ValueError as exc:  # reader.cycles.CycleChoiceError, imported only then (warm path stays light)
+        from traceread.reader.cycles import CycleChoiceError
+
+        if not isinstance(exc, CycleChoiceError):
+            raise
         click.echo(f"traceread: error: {exc}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT)
         return
