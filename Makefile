@@ -14,9 +14,10 @@ $(VENV)/.core: pyproject.toml
 	touch $@
 
 # torch is pinned to the CPU wheel first so the [collect] range never pulls CUDA packages.
+# ray and remote are installed too, so CI runs the Ray and s3:// (local moto server) tests.
 $(VENV)/.dev: $(VENV)/.core
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[collect,test]'
+	$(PIP) -e '.[collect,test,ray,remote]'
 	touch $@
 
 demo: $(VENV)/.core

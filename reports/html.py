@@ -53,38 +53,9 @@ def embed_json(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
-    """Compiled templates kept between runs (keyed by the template source's checksum, so an edited
-    template recompiles); a cache that cannot be read or written is simply not used."""
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception:  # noqa: BLE001 - an optimisation only
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().dump_bytecode(bucket)
-        except Exception:  # noqa: BLE001 - an optimisation only
-            pass
-
-
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiling the report template costs ~50 ms a run; its bytecode lives beside the parse cache."""
-    try:
-        from traceread.reader.cache import cache_root
-
-        folder = cache_root() / "templates"
-        folder.mkdir(parents=True, exist_ok=True)
-        return _QuietBytecodeCache(str(folder))
-    except Exception:  # noqa: BLE001 - no writable cache folder: compile every time
-        return None
-
-
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True, bytecode_cache=_bytecode_cache())
+                             trim_blocks=True, lstrip_blocks=True)  # no bytecode cache: jinja2 unpickles it (runs code)
     env.filters.update(ms=_undef_none(ms), pct=_undef_none(pct), nbytes=_undef_none(nbytes))
     env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list, fmt_num=_undef_none(_fmt_num))
     return env

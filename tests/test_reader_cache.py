@@ -11,7 +11,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from traceread.model import RankTrace
-from traceread.reader import cache, read_rank, read_traces
+from traceread import model
+from traceread.engine import caches as cache
+from traceread.reader import read_rank, read_traces
 from traceread.reader import parse as parse_mod
 
 TRACE = "hta_nccl_parser_config/nccl_data.json.gz"
@@ -64,7 +66,7 @@ def test_change_of_file_or_version_is_a_miss(
     os.utime(trace_copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     read_rank(trace_copy, cache_dir=root)
     assert len(calls) == 2
-    monkeypatch.setattr(cache, "READER_VERSION", "test-next")
+    monkeypatch.setattr(model, "READER_VERSION", "test-next")
     read_rank(trace_copy, cache_dir=root)
     assert len(calls) == 3
     read_rank(trace_copy, cache_dir=root)

@@ -208,16 +208,26 @@ def test_broken_worker_pool_falls_back_to_reading_here(
     tmp_path: Path, shared_traces: Path
 ) -> None:
     """A pool that cannot start (e.g. a script without a __main__ guard) must not fail ranks."""
-    from concurrent.futures import Future
-    from concurrent.futures.process import BrokenProcessPool
+    from traceread.engine import executors
 
-    from traceread.reader.parallel import _collect
+    files = _dlrm_copy(shared_traces, tmp_path / "t", n=2)
+    real = executors.ProcessPoolExecutor
 
-    f = _dlrm_copy(shared_traces, tmp_path / "t", n=1)[0]
-    fut: Future = Future()
-    fut.set_exception(BrokenProcessPool("child failed to start"))
-    rt = _collect(fut, f, tmp_path / "transfer")
-    assert not isinstance(rt, TraceFileError) and rt.rank == 0 and rt.gpu.height > 0
+    class Broken(real):  # type: ignore[misc, valid-type]
+        def submit(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+            from concurrent.futures import Future
+            from concurrent.futures.process import BrokenProcessPool
+
+            fut: Future = Future()
+            fut.set_exception(BrokenProcessPool("child failed to start"))
+            return fut
+
+    executors.ProcessPoolExecutor = Broken  # type: ignore[misc]
+    try:
+        ts = read_traces(files, use_cache=False, workers=2)
+    finally:
+        executors.ProcessPoolExecutor = real  # type: ignore[misc]
+    assert not ts.failures and [r.rank for r in ts.ranks] == [0, 1] and ts.ranks[0].gpu.height > 0
 
 
 def test_discover_globs_nested_folders_and_hidden(tmp_path: Path, shared_traces: Path) -> None:

@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analyze import (
-    SUMMARY_FOLDER,
-    ReportOptions,
-    build_report,
-    code_fingerprint,
-    load_summary,
-)
+from traceread.analyze import ReportOptions, build_report
+from traceread.engine import caches
+from traceread.engine.caches import DOCUMENT_FOLDER, SUMMARY_FOLDER, load_summary
 from traceread.reports import json_report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp_straggler_h100"
@@ -24,6 +20,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp_straggler_
 
 def _doc(folder: Path, cache: Path | None, workers: int) -> str:
     opts = ReportOptions(workers=workers, use_cache=cache is not None, cache_dir=cache)
+    if cache is not None:
+        shutil.rmtree(cache / DOCUMENT_FOLDER, ignore_errors=True)  # these tests are about the summaries
     return json_report.to_json(build_report([folder], opts))
 
 
@@ -42,7 +40,7 @@ def test_every_path_gives_the_same_document(run: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     reference = _doc(run, None, 1)  # no cache, in-process
     assert _doc(run, cache, 2) == reference  # parsed in worker processes, caches filled
-    summaries = list((cache / SUMMARY_FOLDER).glob("*.pkl"))
+    summaries = list((cache / SUMMARY_FOLDER).glob("*.msgpack"))
     assert len(summaries) == len(list(run.glob("rank*.pt.trace.json.gz")))
     assert _doc(run, cache, 2) == reference  # every rank from the summary cache
     shutil.rmtree(cache / SUMMARY_FOLDER)
@@ -55,22 +53,27 @@ def test_stale_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     build_report([run], ReportOptions(workers=1, use_cache=True, cache_dir=cache))
     f = sorted(run.glob("rank*.pt.trace.json.gz"))[0]
-    fp = code_fingerprint()
-    args = (str(f), str(cache), None, True)
-    assert load_summary(*args, fp) is not None
-    assert load_summary(*args, "other code") is None  # code changed
-    assert load_summary(str(f), str(cache), None, False, fp) is None  # without the roofline detail
+    args = (f, cache, None, True)
+    assert load_summary(*args) is not None
+    caches.code_fingerprint.cache_clear()
+    real = caches.code_fingerprint
+    caches.code_fingerprint = lambda: "other code"  # type: ignore[assignment]
+    try:
+        assert load_summary(*args) is None  # code changed
+    finally:
+        caches.code_fingerprint = real
+    assert load_summary(f, cache, None, False) is None  # without the roofline detail
     spec = tmp_path / "spec.toml"
     spec.write_text("")
-    assert load_summary(str(f), str(cache), str(spec), True, fp) is None  # another --device-spec
+    assert load_summary(f, cache, str(spec), True) is None  # another --device-spec
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the file was rewritten
-    assert load_summary(*args, fp) is None
+    assert load_summary(*args) is None
 
 
 def test_corrupt_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = _doc(run, cache, 1)
-    for p in (cache / SUMMARY_FOLDER).glob("*.pkl"):
+    for p in (cache / SUMMARY_FOLDER).glob("*.msgpack"):
         p.write_bytes(b"not a pickle")
     assert _doc(run, cache, 1) == first

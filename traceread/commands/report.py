@@ -6,8 +6,11 @@ Default: a summary on the terminal (answer first) and the full HTML report writt
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import sys
+from typing import Any
 from pathlib import Path
 
 import click
@@ -26,6 +29,20 @@ def default_html_path(paths: tuple[str, ...]) -> Path:
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         folder = Path.cwd()
     return folder / DEFAULT_NAME
+
+
+def _storage_options(text: str | None) -> dict[str, Any]:
+    """--storage-options JSON, else $TRACEREAD_STORAGE_OPTIONS (see traceread.reader.remote)."""
+    text = text or os.environ.get("TRACEREAD_STORAGE_OPTIONS")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--storage-options") from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--storage-options")
+    return value
 
 
 def _infer_format(fmt: str | None, output: str | None) -> str:
@@ -71,12 +88,19 @@ def _set_max_rank_bytes(text: str) -> None:
                    "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
                    "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
+@click.option("--ray-address", metavar="ADDR", default=None,
+              help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")
 @click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
               help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
+@click.option("--storage-options", metavar="JSON", default=None,
+              help='fsspec options for s3:// gs:// az:// https:// PATHS, e.g. \'{"endpoint_url": "http://minio:9000"}\' '
+                   "(default: $TRACEREAD_STORAGE_OPTIONS).")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
-           device_spec: str | None, top: int, workers: int | None, cycle: str, no_html: bool,
-           max_rank_bytes: str) -> None:
+           device_spec: str | None, top: int, workers: int | None, no_html: bool, executor: str,
+           ray_address: str | None, storage_options: str | None, cycle: str, max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -93,17 +117,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
+      traceread report s3://bucket/run7/ --executor ray --ray-address auto   # ranks as Ray tasks
 
     \b
     Exit codes: 0 report written (findings are not errors), 2 bad input (unreadable or
     inconsistent traces, e.g. two runs mixed, or a path that does not exist), 3 no trace file
     found under PATHS.
     """
-    from rich.console import Console
-
     from traceread.analyze import NothingUsableError, ReportOptions, build_report
-    from traceread.reports import html as html_mod
-    from traceread.reports import json_report, terminal
 
     if (params is None) != (tokens_per_step is None):
         raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
@@ -111,12 +132,15 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     if any(v is not None for v in shape) and (None in shape or params is None):
         raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
     fmt = _infer_format(fmt, output)
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        click.echo("traceread: error: --executor ray needs Ray: pip install 'traceread[ray]'", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT)
+        return
     _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
-                         device_spec=Path(device_spec) if device_spec else None, cycle=cycle)
-    from traceread.reader.cycles import CycleChoiceError
-
+                         device_spec=Path(device_spec) if device_spec else None, cycle=cycle, executor=executor,
+                         ray_address=ray_address, storage_options=_storage_options(storage_options))
     try:
         if cycle.strip().lower() == "all":
             from traceread.analysis.drift import build_all_cycles
@@ -124,7 +148,11 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             doc = build_all_cycles(list(paths), opts)
         else:
             doc = build_report(list(paths), opts)
-    except CycleChoiceError as exc:
+    except ValueError as exc:  # reader.cycles.CycleChoiceError, imported only then (warm path stays light)
+        from traceread.reader.cycles import CycleChoiceError
+
+        if not isinstance(exc, CycleChoiceError):
+            raise
         click.echo(f"traceread: error: {exc}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT)
         return
@@ -139,6 +167,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         click.echo(text, nl=False)
         return
     if fmt == "json":
+        from traceread.reports import json_report
+
         text = json_report.to_json(doc)
         if output:
             Path(output).write_text(text + "\n", encoding="utf-8")
@@ -146,6 +176,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         else:
             click.echo(text)
         return
+    from traceread.reports import terminal
+
     if fmt == "text":
         out = terminal.render_text(doc, top=top)
         if output:
@@ -154,6 +186,10 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         else:
             click.echo(out, nl=False)
         return
+
+    from rich.console import Console
+
+    from traceread.reports import html as html_mod
 
     html_path: Path | None = None
     if fmt == "html" or not no_html:

@@ -12,6 +12,9 @@ import glob
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from traceread.reader.remote import find_remote, is_url
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 #: Files in a run folder that are not traces (by name) and folders whose JSON is not traces.
@@ -43,7 +46,7 @@ def is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES)
 
 
-def find(paths: Sequence[str | Path]) -> Found:
+def find(paths: Sequence[str | Path], storage_options: dict[str, Any] | None = None) -> Found:
     found = Found()
     seen: set[Path] = set()
 
@@ -57,6 +60,9 @@ def find(paths: Sequence[str | Path]) -> Found:
             found.explicit.add(p)
 
     for raw in paths:
+        if is_url(str(raw)):  # s3://, gs://, az://, https://: traceread.reader.remote
+            find_remote(str(raw), found, storage_options)
+            continue
         p = Path(raw)
         if p.is_dir():
             run = p / "run.json"

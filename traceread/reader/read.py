@@ -1,19 +1,18 @@
-"""Public entry points: ``read_rank`` (one file) and ``read_traces`` (a whole job)."""
+"""Public entry points: ``read_rank`` (one file) and ``read_traces`` (a whole job).
+
+Both run on the engine (:mod:`traceread.engine`: the parse cache and the one worker pool); it is
+imported inside the functions, so importing the reader never pulls in the engine.
+"""
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 
-from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
-from traceread.reader import cache
 from traceread.reader.discover import Found, find
-from traceread.reader.parallel import run_all
-from traceread.reader.parse import parse_file
-from traceread.reader.ranks import assign_ranks, identify, rank_from_name
+from traceread.reader.ranks import assign_ranks, rank_from_name
 
 
 def read_rank(
@@ -23,21 +22,9 @@ def read_rank(
 
     The rank comes from ``distributedInfo.rank``, else the file name, else 0.
     """
-    p = Path(path)
-    if p.is_dir():
-        raise TraceFileError("is a folder (read_traces reads every rank in a folder)", str(p))
-    if not p.is_file():
-        raise TraceFileError("no such file", str(p))
-    root = cache.cache_root(cache_dir) if use_cache else None
-    if root is not None:
-        hit = cache.load(p, root)
-        if hit is not None:
-            identify(hit, single=True)
-            return hit
-    rt = parse_file(p)
-    if root is not None:
-        cache.store(rt, p, root)
-    return rt
+    from traceread.engine.tasks import read_one
+
+    return read_one(Path(path), use_cache=use_cache, cache_dir=cache_dir)
 
 
 def read_traces(
@@ -65,14 +52,10 @@ def read_traces(
     if found.run_json:
         ts.run_info = _load_run_info(found.run_json[0], ts.warnings)
 
-    root = cache.cache_root(cache_dir) if use_cache else None
-    results: dict[Path, RankTrace | TraceFileError] = {}
-    hits = _load_cached(found.files, root) if root is not None else {}
-    results.update(hits)
-    todo = [f for f in found.files if f not in hits]
-    results.update(
-        run_all(todo, use_cache=use_cache, root=root, workers=workers, progress=progress)
-    )
+    from traceread.engine.executors import read_tables
+
+    results = read_tables(found.files, use_cache=use_cache, cache_dir=cache_dir, workers=workers,
+                          progress_bar=progress)
 
     ok: list[RankTrace] = []
     for f in found.files:
@@ -97,18 +80,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     """
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
-    rank = rank_from_name(path)
+    rank = rank_from_name(str(path))
     return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
-
-
-def _load_cached(files: list[Path], root: Path) -> dict[Path, RankTrace]:
-    """Cache hits, loaded on threads (parquet decoding releases the GIL)."""
-    if len(files) <= 1:
-        loaded = [cache.load(f, root) for f in files]
-    else:
-        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-            loaded = list(pool.map(lambda f: cache.load(f, root), files))
-    return {f: rt for f, rt in zip(files, loaded) if rt is not None}
 
 
 def _load_run_info(path: Path, warnings: list[str]) -> dict | None:
