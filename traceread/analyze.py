@@ -542,10 +542,11 @@ def _merge_kernels(summaries: list[RankSummary], top: int) -> list[dict[str, Any
         pl.when(pl.col("sm_time_lost_us").is_not_null().any()).then(pl.col("sm_time_lost_us").sum())
         .otherwise(None).alias("sm_time_lost_us"),
         pl.col("_rank").n_unique().alias("ranks"),
+        (pl.col("comm_kind").drop_nulls().first() if "comm_kind" in df.columns else pl.lit(None)).alias("comm_kind"),
     ).with_columns((pl.col("total_us") / pl.col("calls")).alias("mean_us"))
     agg = agg.sort(["total_us", "name"], descending=[True, False]).head(top)  # name breaks ties: stable output
     cols = ["name", "calls", "total_us", "mean_us", "blocks_per_sm", "occupancy_pct", "wave_efficiency_pct",
-            "sm_time_lost_us", "ranks"]
+            "sm_time_lost_us", "ranks", "comm_kind"]
     return [{c: r[c] for c in cols} for r in agg.to_dicts()]
 
 
