@@ -86,6 +86,7 @@ class RankSummary:
     roofline: dict[str, Any] | None = None
     host_self: pl.DataFrame | None = None  # host_activity.host_self_time: what the host did per step
     warnings: list[str] = field(default_factory=list)
+    ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
 
 
 # ------------------------------------------------------------------------------------------------
@@ -278,6 +279,10 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
 
     host_self = _guarded(f"rank {rt.rank}: host activity", warnings,
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
+    from traceread.analysis import ledger
+
+    segments = _guarded(f"rank {rt.rank}: step ledger", warnings,
+                        lambda: ledger.rank_segments(rt, wtab, ops)) if rt.gpu.height else None
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))
@@ -285,7 +290,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         entry=entry, meta=rt.meta, file=rt.file, comm=comm, windows=wtab, step_frame=sf,
         kernels=_kernels(rt, windows, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
-        warnings=warnings, host_self=host_self,
+        warnings=warnings, host_self=host_self, ledger_segments=segments,
     )
 
 
@@ -659,10 +664,11 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         },
         "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
-        "straggler_heatmap": None, "nccl": nccl,
+        "straggler_heatmap": None, "nccl": nccl, "ledger": None,
     }
     if summaries:
-        _cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
+        matched, clock = _cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
+        _guarded("step ledger", warnings, lambda: _ledger(report, summaries, matched, clock))
         report["kernels"] = _guarded("kernel table", warnings, lambda: _merge_kernels(summaries, opts.top_kernels), [])
         detail = next((s.roofline for s in summaries if s.roofline), None)
         report["roofline"] = detail
@@ -674,8 +680,23 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     return report
 
 
+def _ledger(report: Report, summaries: list[RankSummary], matched: Any, clock: Any) -> None:
+    """The step ledger (analysis.job_ledger): ``report["ledger"]`` and each ``ranks[].ledger``."""
+    from traceread.analysis import job_ledger
+
+    segments = {s.entry["rank"]: s.ledger_segments for s in summaries if s.ledger_segments is not None}
+    if not segments:
+        return
+    role_of = getattr(report.get("_layout_obj"), "role_of", None)
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    report["ledger"] = led.job
+    for e in report["ranks"]:
+        if e["rank"] in led.per_rank:
+            e["ledger"] = led.per_rank[e["rank"]]
+
+
 def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
-                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> None:
+                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """Collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts.
 
     With a ``run.json`` (``run_info``) the clock uncertainty ``traceread collect`` measured is the
@@ -690,10 +711,10 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
 
     extracts = [s.comm for s in summaries if s.comm.height]
     if not extracts:
-        return
+        return None, None
     matched = _guarded("collective matching", warnings, lambda: collectives.match_collectives(extracts))
     if matched is None:
-        return
+        return None, None
     for m in matched.mismatches[:MAX_MISMATCH_WARNINGS]:
         warnings.append(f"collectives: {m}")
     if len(matched.mismatches) > MAX_MISMATCH_WARNINGS:
@@ -718,6 +739,7 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
         warnings.extend(f"stragglers: {n}" for n in st.notes)
     report["pipeline"] = _guarded("pipeline", warnings,
                                   lambda: _pipeline(matched, summaries, clock, opts, pipeline))
+    return matched, clock
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
