@@ -36,6 +36,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.breakdown import device_gpu_rows, snap_ns
+from traceread.analysis.commkind import comm_mask
 from traceread.model import RankTrace
 
 #: Every category of the ledger, in display order (compute first, idle last).
@@ -63,16 +64,6 @@ _BUSY_NAMES = ("compute_bound", "memory_bound", "compute_other", "comm_transfer"
 
 def empty_segments() -> pl.DataFrame:
     return pl.DataFrame(schema=SEGMENT_SCHEMA)
-
-
-def comm_mask(gpu: pl.DataFrame) -> np.ndarray:
-    """True for communication kernels: the communication-kernel classifier's verdict."""
-    try:
-        from traceread.analysis import commkind  # the layout engineer's classifier, when present
-        return np.asarray(commkind.is_comm_frame(gpu), dtype=bool)
-    except (ImportError, AttributeError):
-        from traceread.classify import gpu_class_expr
-        return (gpu.select(gpu_class_expr())["gpu_class"] == "comm").to_numpy()
 
 
 def kernel_bounds(rt: RankTrace, gpu: pl.DataFrame, ops: pl.DataFrame | None) -> np.ndarray:
@@ -131,7 +122,7 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     base = float(gpu["ts"].min())  # type: ignore[arg-type]
     ts, end = snap_ns(gpu["ts"].to_numpy(), base), snap_ns(gpu["end"].to_numpy(), base)
     kind = gpu["kind"].to_numpy()
-    is_comm = comm_mask(gpu) & (kind == "kernel")
+    is_comm = comm_mask(gpu, rt.host).to_numpy() & (kind == "kernel")
     is_mem = kind == "memcpy"
     is_comp = ~is_comm & ~is_mem
     bound = kernel_bounds(rt, gpu, ops)
