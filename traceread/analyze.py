@@ -394,10 +394,12 @@ def _summarise_uncached(path: str, use_cache: bool, cache_dir: str | None, spec_
     identify(rt, single=False)
     summary = summarise_rank(rt, spec_file=Path(spec_file) if spec_file else None, detail=detail)
     # Only what rank assignment and the job checks need travels back (pg_config lists every member
-    # of every group: megabytes per rank on a 1024-rank job).
+    # of every group: megabytes per rank on a 1024-rank job; the layout keeps it as compact ranges).
     dist = rt.meta.distributed_info or {}
     summary.meta.distributed_info = {k: dist[k] for k in ("rank", "world_size", "backend", "nccl_version") if k in dist}
-    summary.meta.pg_config = []
+    from traceread.analysis.layout import compact_groups
+
+    summary.meta.pg_config = compact_groups(rt.meta.pg_config)
     return summary
 
 
@@ -677,6 +679,9 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)
+    from traceread.reports.ledger_findings import coverage
+
+    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
     return report
 
 
