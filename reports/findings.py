@@ -346,5 +346,5 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     keep = [f for f in found if f["id"] in ("hang", "slow_steps") or f["id"].startswith("nccl_")
             or (f.get("impact_pct") or 0.0) >= MIN_IMPACT_PCT
             or (f.get("impact_pct") is None and f["impact_us_per_step"] > 0)]
-    keep.sort(key=lambda f: (f["id"] != "hang", f["id"] == "slow_steps", -f["impact_us_per_step"]))
+    keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
     return keep

@@ -692,7 +692,10 @@ def _ledger(report: Report, summaries: list[RankSummary], matched: Any, clock: A
     segments = {s.entry["rank"]: s.ledger_segments for s in summaries if s.ledger_segments is not None}
     if not segments:
         return
-    role_of = getattr(report.get("_layout_obj"), "role_of", None)
+    # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
+    # back to send/recv → pp, all-to-all → ep, else other.
+    roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
+    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
     report["ledger"] = led.job
     for e in report["ranks"]:

@@ -60,6 +60,7 @@ class RankEntry(TypedDict, total=False):
     hfu_pct: float | None
     cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
     dropped_partial_step: int | None
+    ledger: RankLedger  # this rank's step ledger (GPU ranks only)
 
 
 class CollectiveEntry(TypedDict, total=False):
@@ -123,15 +124,51 @@ class HangEntry(TypedDict, total=False):
     evidence: list[str]
 
 
+class LedgerPart(TypedDict):
+    category: str  # compute_bound, memory_bound, compute_other, comm_transfer, comm_wait, bubble,
+    #                exposed_memcpy, host_bound, dependency, idle_other (docs/ledger.md)
+    role: str | None  # process-group role for comm_wait/comm_transfer/bubble, else null
+    rank: int  # whose time it is (job ledger: a late peer's rank where the critical path follows it)
+    us: float
+
+
+class Ledger(TypedDict, total=False):
+    """The job's step ledger: the critical rank's median step, parts summing exactly to step_us."""
+
+    step_us: float
+    step: int
+    critical_rank: int
+    parts: list[LedgerPart]
+    # extra: which late ranks the critical path followed, in which role, for how long
+    waited_on: list[dict[str, Any]]
+
+
+class RankLedger(TypedDict, total=False):
+    """One rank's ledger of the job ledger's step (or its own median step when it lacks that one)."""
+
+    step: int
+    step_us: float
+    parts: list[LedgerPart]
+
+
+class Coverage(TypedDict):
+    explained_us: float  # sum of the findings' impacts (shares of the step; the hang finding excluded)
+    step_us: float  # the job ledger's step
+
+
 class Finding(TypedDict, total=False):
     id: str  # stable kind, e.g. "exposed_comm", "straggler", "pipeline_bubble"
     title: str
-    impact_us_per_step: float
+    impact_us_per_step: float  # the finding's share of the job ledger's step (never more than the step in total)
     explanation: str
+    category: str  # the ledger category it is a share of ("hang" for a hang)
+    role: str | None  # process-group role (dp, fsdp, tp, pp, cp, ep, other) where one applies
     # extras
     impact_pct: float | None
     evidence: list[str]
     suggestions: list[str]
+    rank: int | None  # the rank the share belongs to, where one applies
+    predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
 
 
 class Report(TypedDict, total=False):
@@ -145,6 +182,8 @@ class Report(TypedDict, total=False):
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
     findings: list[Finding]
+    ledger: Ledger | None  # None without GPU steps (CPU-only traces)
+    coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
     kernels: list[dict[str, Any]]  # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
