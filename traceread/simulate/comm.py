@@ -9,7 +9,7 @@ all-gather / reduce-scatter (S = full tensor) and 1 for send/recv.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceread.simulate.devices import INTER_NODE_BUSBW_GBS
 from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, RankCtx, comms_id
@@ -26,6 +26,8 @@ class ProcessGroup:
     desc: str
     ranks: tuple[int, ...]
     stream: int
+    role: str = "other"  # layout truth: what the scenario uses the group for (dp, fsdp, tp, pp, ep, ...)
+    evidence: str = ""  # layout truth: how the group behaves (what an analysis can see)
 
     def config(self) -> dict[str, object]:
         return {"pg_name": self.name, "pg_desc": self.desc, "backend_config": "cuda:nccl",
@@ -101,7 +103,7 @@ def p2p(ctx: RankCtx, pg: ProcessGroup, kind: str, peer: int, nelems: int, tag: 
     spec = KernelSpec("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", transfer, (2, 1, 1), (544, 1, 1),
                       96, 87_568, cls="comm")
     op_name = "c10d::send" if kind == "send" else "c10d::recv_"
-    pg_s = ProcessGroup(pg.name, pg.desc, pg.ranks, stream)
+    pg_s = replace(pg, stream=stream)
     return _launch(ctx, op_name, pg_s, info, spec, waits, phase, dims=[[nelems]])
 
 

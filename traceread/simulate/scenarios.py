@@ -31,6 +31,9 @@ STREAM_DP = 13  # NCCL stream of the data-parallel / default group
 STREAM_TP = 17
 P2P_STREAMS = {"recv_act": 21, "send_act": 25, "recv_grad": 29, "send_grad": 33}
 SLOW_CAUSES = ("dataloader", "gc", "checkpoint")
+TP_EVIDENCE = "activation all-reduce after attention and MLP of every layer, forward and backward"
+DP_EVIDENCE = "one gradient all-reduce per layer in backward, overlapping it"
+PP_EVIDENCE = "send/recv of activations and gradients between adjacent pipeline stages"
 
 
 @dataclass
@@ -310,7 +313,12 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
 
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
     sim = _new_sim(k)
-    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    if k.comm == "fsdp":
+        dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "fsdp",
+                          "per-layer parameter all-gather (forward and backward) + gradient reduce-scatter")
+    else:
+        dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                          f"{min(k.buckets, k.layers)} gradient all-reduce buckets per step, in backward")
     _apply_gpu_stragglers(sim, k, lambda s: [_ddp_program(c, k, dp) for c in s.ranks])
     sim.run([_ddp_program(c, k, dp) for c in sim.ranks])
     return Built(sim, [[dp] for _ in range(k.ranks)], k, scenario, layer_params(k.hidden))
@@ -322,10 +330,10 @@ def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
 def _tp_groups(k: Knobs) -> tuple[ProcessGroup, list[ProcessGroup], list[ProcessGroup]]:
     world = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
     ntp = k.ranks // k.tp
-    tp_groups = [ProcessGroup(str(1 + g), "mesh_tp", tuple(range(g * k.tp, (g + 1) * k.tp)), STREAM_TP)
-                 for g in range(ntp)]
-    dp_groups = [ProcessGroup(str(1 + ntp + j), "mesh_dp", tuple(range(j, k.ranks, k.tp)), STREAM_DP + 2)
-                 for j in range(k.tp)]
+    tp_groups = [ProcessGroup(str(1 + g), "mesh_tp", tuple(range(g * k.tp, (g + 1) * k.tp)), STREAM_TP, "tp",
+                               TP_EVIDENCE) for g in range(ntp)]
+    dp_groups = [ProcessGroup(str(1 + ntp + j), "mesh_dp", tuple(range(j, k.ranks, k.tp)), STREAM_DP + 2, "dp",
+                              DP_EVIDENCE) for j in range(k.tp)]
     return world, tp_groups, dp_groups
 
 
@@ -467,7 +475,7 @@ def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup) -> Program:
 
 def build_pp(k: Knobs) -> Built:
     sim = _new_sim(k)
-    pg = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    pg = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "pp", PP_EVIDENCE)
     for ctx in sim.ranks:
         if k.stage_factors is not None:
             ctx.slow_factor = float(k.stage_factors[ctx.rank])

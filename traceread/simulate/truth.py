@@ -37,6 +37,7 @@ from collections import defaultdict
 from typing import Any
 
 from traceread.simulate.layers import LeafOp
+from traceread.simulate.ledger_truth import layout_truth, ledger_truth
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -323,6 +324,11 @@ def job_step_us(built: Built) -> float:
 def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Built | None = None) -> dict[str, Any]:
     k = built.knobs
     ranks = {str(c.rank): rank_truth(c, built, base_ns) for c in built.sim.ranks}
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    rank_ledgers, job_ledger, job_by_step = ledger_truth(built, windows)
+    for r, rt in ranks.items():
+        rt.update(rank_ledgers[int(r)])
+        rt["node"] = built.sim.host_of(int(r))
     colls, blame = collectives_truth(built, base_ns)
     n_steps = len(k.step_numbers())
     for r, rt in ranks.items():
@@ -352,6 +358,9 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "ops": ops_truth(built.sim.ranks[0]),
         "ops_rank": 0,
         "clock_offsets_us": {str(r): _us(off) for r, off in enumerate(offsets_ns)},
+        "ledger": job_ledger,
+        "ledger_by_step": job_by_step,
+        "layout": layout_truth(built),
         "time_base": "µs on the trace clock of an unskewed rank: trace ts - clock_offsets_us[rank]",
     }
 
