@@ -666,7 +666,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         },
         "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
-        "straggler_heatmap": None, "nccl": nccl, "ledger": None,
+        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
     }
     if summaries:
         matched, clock = _cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
@@ -711,7 +711,10 @@ def _cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, s
     floor of ε, the margin below which arrival differences are not blamed on anyone.
     """
     from traceread.analysis import clocks, collectives, comm_perf, pipeline, slow_steps, stragglers
+    from traceread.analysis.layout import layout_from_summaries
 
+    report["layout"] = _guarded("parallel layout", warnings, lambda: layout_from_summaries(
+        summaries, hosts=hosts, nccl=report.get("nccl")).to_json())
     frames = {s.entry["rank"]: s.step_frame for s in summaries if s.step_frame.height}
     report["slow_steps"] = _guarded("slow steps", warnings, lambda: slow_steps.find_slow_steps(frames), []) if frames else []
     if report["slow_steps"]:
