@@ -65,7 +65,7 @@ _OP_RE = re.compile(COMM_OP_PATTERN)
 #: Collective family of kernels that carry no ``Collective name`` (non-NCCL implementations).
 _KERNEL_COLLECTIVE: tuple[tuple[str, str], ...] = (
     (r"all_?gather", "allgather"),
-    (r"reduce_?scatter", "reduce_scatter"),
+    (r"reduce_?scatter", "reducescatter"),
     (r"cross_device_reduce|all_?reduce|quickreduce|multimem_one_shot_reduce", "allreduce"),
     (r"dispatch|combine|all_?to_?all", "alltoall"),
 )
