@@ -12,7 +12,8 @@ the first rule that applies at that instant (docs/ledger.md):
    (:func:`traceread.analysis.roofline.operator_table`, reused, not recomputed); unknown →
    ``compute_other``.
 2. communication — no compute, a communication kernel runs: ``comm_transfer`` here, with the
-   process group and start of the running communication kernel that started first. The reduce
+   process group and start of the running communication kernel that started first (ties: the one
+   launched first). The reduce
    side (:mod:`traceread.analysis.job_ledger`) splits off ``comm_wait`` (before the last member
    arrived) and turns pp waits into ``bubble``: that needs the other ranks.
 3. ``exposed_memcpy`` — only memcpy runs.
@@ -145,9 +146,11 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     code = np.full(p0.size, _IDLE, dtype=np.int64)
     for c in (_MEM, _COMM, _CO, _MB, _CB):  # lowest rule number wins: paint it last
         code[_inside(p0, sets[c])] = c
-    # communication: the running communication kernel that started first (paint latest first).
+    # communication: the running communication kernel that started first, ties: launched first
+    # (paint the latest first, so the first one is painted last and wins).
+    launch = _launch_ns(rt, gpu, base)
     who = np.full(p0.size, -1, dtype=np.int64)
-    for i in ci[np.lexsort((-end[ci], -ts[ci]))]:
+    for i in ci[np.lexsort((-np.nan_to_num(launch[ci], nan=np.inf), -ts[ci]))]:
         lo, hi = np.searchsorted(p0, ts[i], side="left"), np.searchsorted(p0, end[i], side="left")
         who[lo:hi] = i
     who[code != _COMM] = -1
@@ -166,7 +169,6 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     # idle gaps: host_bound before the next event's launch, then dependency; tail/unknown: idle_other
     g = ~busy
     a, b, gk = r_s[g], r_e[g], r_k[g]
-    launch = _launch_ns(rt, gpu, base)
     order = np.lexsort((np.nan_to_num(launch, nan=np.inf), ts))
     ts_sorted, launch_sorted = ts[order], launch[order]
     j = np.searchsorted(ts_sorted, b, side="left")
