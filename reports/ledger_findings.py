@@ -210,7 +210,8 @@ def _category_finding(report: Report, category: str, role: str | None, rank: int
         sugg = ROLE_SUGGESTIONS["pp"]
     elif category in ("comm_transfer", "comm_wait"):
         what = "moving data" if category == "comm_transfer" else "waiting inside the collective for a peer"
-        title = f"Exposed {role or ''} communication: {ms(share)} per step {what} with no compute to hide it (rank {rank})"
+        groups = f"{role.upper()} groups" if role and role != "other" else "unclassified process groups"
+        title = f"Exposed communication on {groups}: {ms(share)} per step {what} with no compute to hide it (rank {rank})"
         expl = explain.exposed_comm(share, step, None)
         sugg = ROLE_SUGGESTIONS.get(role or "", _DEFAULT_COMM)
     elif category == "host_bound":
