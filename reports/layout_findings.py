@@ -1,0 +1,72 @@
+"""Findings that come from the parallel layout (``report["layout"]``, :mod:`traceread.analysis.layout`).
+
+* **tp_across_nodes** — a tensor-parallel group whose ranks sit on more than one node: its
+  per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
+  ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
+  the *cause* of that share, so it replaces the generic exposed-TP-communication finding rather
+  than adding to it; the predicted saving (:func:`traceread.reports.explain.advice`) is the share
+  times (1 − measured busbw ÷ NVLink peak).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceread.report_schema import Finding, Report
+from traceread.reports import explain
+from traceread.reports.stats import ms, pct_of_step
+
+
+def _nvlink_gbps(report: Report) -> float | None:
+    """Per-direction peak of the devices' intra-node link (the bandwidth TP would get inside a node)."""
+    from traceread.analysis import devices as dev
+
+    for name in (report.get("source") or {}).get("devices") or []:
+        spec = dev.resolve_device(name, None)
+        key = getattr(spec, "link", None) if spec else None
+        if key and key in dev.LINKS:
+            return dev.LINKS[key].per_direction_bytes_per_s / 1e9
+    return None
+
+
+def _ledger_share(report: Report, category: str, role: str) -> float:
+    led = report.get("ledger") or {}
+    return sum(float(p["us"]) for p in led.get("parts") or [] if p.get("category") == category and p.get("role") == role)
+
+
+def tp_across_nodes(report: Report) -> list[Finding]:
+    """One finding when any tensor-parallel group spans several nodes (see the module docstring)."""
+    lay = report.get("layout") or {}
+    spread = [g for g in lay.get("groups") or [] if g.get("role") == "tp" and len(g.get("nodes") or []) > 1]
+    if not spread:
+        return []
+    pgs = {str(g["pg"]) for g in spread}
+    colls = [c for c in report.get("collectives") or []  # the table labels groups "name (desc)"
+             if str(c.get("pg")).split(" ")[0] in pgs and c.get("busbw_gbps")]
+    busbw = min((float(c["busbw_gbps"]) for c in colls), default=None)
+    nv = _nvlink_gbps(report)
+    share = _ledger_share(report, "comm_transfer", "tp")
+    nodes = max(len(g["nodes"]) for g in spread)
+    text, predicted = explain.advice("tp", "comm_transfer", {"share_us": share, "nodes": nodes, "busbw_gbps": busbw,
+                                                            "nvlink_gbps": nv})
+    worst = max(spread, key=lambda g: len(g["nodes"]))
+    title = (f"Tensor-parallel group spans {nodes} nodes: per-layer collectives at network speed "
+             f"({len(spread)} of {sum(1 for g in lay.get('groups') or [] if g.get('role') == 'tp')} TP groups; "
+             f"{ms(share)} per step of TP communication)")
+    evidence = [f"process group {worst['pg']} ({worst.get('desc') or 'no description'}): ranks "
+                f"{worst['ranks'][:16]} on nodes {worst['nodes']} — {worst.get('evidence')}"]
+    if busbw is not None:
+        evidence.append(f"measured bus bandwidth of its collectives: {busbw:.1f} GB/s"
+                        + (f" vs {nv:.0f} GB/s NVLink peak per direction" if nv else ""))
+    degrees = lay.get("degrees") or {}
+    sugg = [f"Reorder the device mesh so TP (degree {degrees.get('tp')}) is the innermost, node-local dimension "
+            "(torchrun places consecutive ranks on one node; Megatron orders tp-cp-ep-dp-pp with tp fastest).",
+            "If TP must be larger than a node, use pipeline parallelism across nodes instead."]
+    f: dict[str, Any] = {
+        "id": "tp_across_nodes", "title": title, "impact_us_per_step": share, "impact_pct": pct_of_step(share, report),
+        "explanation": text, "evidence": evidence, "suggestions": sugg,
+        "category": "comm_transfer", "role": "tp", "rank": None,
+    }
+    if predicted is not None:
+        f["predicted_saving_us"] = predicted
+    return [f]  # type: ignore[list-item]
