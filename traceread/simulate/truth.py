@@ -346,7 +346,7 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "num_sms": built.sim.dev.num_sms,
         "peak_bf16_tflops": built.sim.dev.peak_bf16_tflops,
         "world_size": k.ranks,
-        "hosts": k.hosts,
+        "hosts": k.node_count(),
         "steps": k.step_numbers(),
         "knobs": _knobs_json(k),
         "ranks": ranks,
