@@ -21,7 +21,7 @@ from traceread import report_schema as rs
 STABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "Report": (
         "schema", "source", "warnings", "ranks", "collectives", "stragglers", "pipeline",
-        "slow_steps", "hang", "findings", "ledger", "coverage",
+        "slow_steps", "hang", "findings", "ledger", "coverage", "layout",
     ),
     "RankEntry": (
         "rank", "file", "device", "num_sms", "window_us", "gpu_busy_us", "compute_us", "comm_us",
@@ -39,6 +39,8 @@ STABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "RankLedger": ("step", "step_us", "parts"),
     "LedgerPart": ("category", "role", "rank", "us"),
     "Coverage": ("explained_us", "step_us"),
+    "Layout": ("degrees", "groups"),
+    "LayoutGroup": ("pg", "desc", "role", "size", "ranks", "nodes", "evidence"),
 }
 
 _TYPED_DICTS: dict[str, type] = {

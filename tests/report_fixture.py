@@ -108,6 +108,9 @@ def full_report() -> dict[str, Any]:
             "mismatches": [], "evidence": ["Flight Recorder: ranks 0-2 entered allreduce seq 1234; rank 3 last completed 1233"],
         },
         "findings": [], "ledger": None, "coverage": None,
+        "layout": {"degrees": {"dp": 4, "fsdp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1},
+                   "groups": [{"pg": "0", "desc": "default_pg", "role": "dp", "size": 4, "ranks": [0, 1, 2, 3],
+                               "nodes": [0], "evidence": "allreduce 10/step: gradient all-reduce during backward only"}]},
         "kernels": [
             {"name": "sm90_xmma_gemm_bf16bf16_bf16f32", "calls": 600, "total_us": 240_000.0, "mean_us": 400.0,
              "blocks_per_sm": 3.9, "occupancy_pct": 12.0, "wave_efficiency_pct": 97.0, "sm_time_lost_us": 7_200.0, "ranks": 4},

@@ -171,6 +171,25 @@ class Finding(TypedDict, total=False):
     predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
 
 
+class LayoutGroup(TypedDict):
+    """One process group and what it is for (traceread.analysis.layout, docs/layout.md)."""
+
+    pg: str  # process group name (torch's pg_name, e.g. "0" for the default group)
+    desc: str | None  # pg_desc as recorded (mesh_tp, TENSOR_MODEL_PARALLEL_GROUP, undefined, ...)
+    role: str  # dp | fsdp | tp | cp | pp | ep | other
+    size: int
+    ranks: list[int]  # global ranks of its members
+    nodes: list[int]  # node ids (0.., numbered by lowest rank) its members sit on; [] when unknown
+    evidence: str  # why this role, and where the nodes came from
+
+
+class Layout(TypedDict):
+    """The job's parallel layout: degree of each dimension (1 when absent) and every process group."""
+
+    degrees: dict[str, int]  # {dp, fsdp, tp, pp, cp, ep}
+    groups: list[LayoutGroup]
+
+
 class Report(TypedDict, total=False):
     schema: str
     source: dict[str, Any]  # {"paths", "world_size", "backend", "devices"}
@@ -182,6 +201,7 @@ class Report(TypedDict, total=False):
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
     findings: list[Finding]
+    layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
     ledger: Ledger | None  # None without GPU steps (CPU-only traces)
     coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
