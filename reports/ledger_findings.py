@@ -13,6 +13,8 @@ critical rank's median step into parts ``{category, role, rank, us}``. Findings 
   ``exposed_memcpy``, ``dependency``. Useful compute (``compute_bound``, ``compute_other``) and the
   step's tail (``idle_other``) are not findings, except that kernels too small for the GPU claim
   their SM time lost out of ``compute_other``.
+* layout causes (a tensor-parallel group spanning nodes, :mod:`traceread.reports.layout_findings`)
+  claim the share they explain (tp ``comm_transfer``) before the generic finding sees it.
 * NCCL transport problems claim their estimated loss out of the ``comm_transfer`` shares (so the
   exposed-communication finding keeps only the rest).
 * slow steps are not part of the median step: they are reported with impact 0 (their cost averaged
@@ -29,7 +31,7 @@ from typing import Any
 
 from traceread.report_schema import Finding, Report
 from traceread.reports import explain
-from traceread.reports.stats import med, ms, pct, total_steps
+from traceread.reports.stats import med, ms, total_steps
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
 RECOVERABLE: dict[str, str] = {
@@ -37,29 +39,6 @@ RECOVERABLE: dict[str, str] = {
     "host_bound": "host_bound", "memory_bound": "memory_bound", "exposed_memcpy": "exposed_memcpy",
     "dependency": "dependency_wait",
 }
-
-#: What to change, by the role of the process group whose communication is exposed.
-ROLE_SUGGESTIONS: dict[str, list[str]] = {
-    "dp": ["Overlap the gradient all-reduce with backward: lower DDP bucket_cap_mb so buckets fire earlier.",
-           "With gradient accumulation, skip the all-reduce on all but the last micro-step (model.no_sync()).",
-           "Across nodes, use HSDP (shard inside a node, replicate across) so only one reduction crosses the network."],
-    "fsdp": ["Prefetch the next parameters: FSDP backward_prefetch=BACKWARD_PRE and forward_prefetch=True.",
-             "reshard_after_forward=False for the last blocks trades memory for one all-gather fewer.",
-             "HSDP: shard inside the NVLink domain, replicate across nodes."],
-    "tp": ["Keep every tensor-parallel group inside one NVLink domain (one node): per-layer all-reduces at "
-           "network speed are an order of magnitude slower.",
-           "Sequence parallelism turns the all-reduce into reduce-scatter + all-gather around the norms.",
-           "Overlapped / async TP (e.g. torch.distributed._symmetric_memory, TransformerEngine ub overlap)."],
-    "pp": ["More micro-batches per step shrink the fill/drain share; an interleaved schedule (v chunks) "
-           "divides it by v; zero-bubble schedules fill it with weight-gradient work."],
-    "ep": ["Balance the experts: raise the router's load-balancing loss or lower the capacity factor so one "
-           "overloaded expert rank does not hold the all-to-all.",
-           "Overlap dispatch/combine with the shared expert or attention compute."],
-    "cp": ["Overlap the ring exchange of K/V with the attention of the previous chunk (ring attention)."],
-}
-_DEFAULT_COMM = ["Let communication start earlier or overlap it with compute; send fewer bytes (bf16 reduction).",
-                 "Keep bandwidth-heavy groups on NVLink (see the collectives table for busbw vs link peak)."]
-
 
 class _Budget:
     """Remaining µs of each ledger share; claims never exceed them."""
@@ -126,8 +105,8 @@ def _straggler_findings(report: Report, led: dict[str, Any], budget: _Budget, st
         if e.get("evidence"):
             ev.append(str(e["evidence"]))
         predicted = e.get("impact_us_per_step")
-        sugg = [f"Compare rank {peer} with a healthy rank (traceread diff on the two traces): which kernels or host "
-                "activity take longer there; check its GPU clocks and its host's data loader."]
+        advice, _upper = explain.advice(role, "comm_wait", {"share_us": share, "rank": peer, "cause": cause})
+        sugg = [advice]
         out.append(_finding("straggler", title, share, step, "comm_wait", role, peer,
                             explain.straggler(peer, share, cause, step, e.get("blame_us_per_step")), ev, sugg,
                             predicted=predicted, blame_us_per_step=e.get("blame_us_per_step")))
@@ -140,6 +119,24 @@ def _peer_mix(led: dict[str, Any], peer: int) -> list[tuple[str, float]]:
         if int(p["rank"]) == peer:
             mix[p["category"]] += float(p["us"])
     return sorted(mix.items(), key=lambda kv: -kv[1])
+
+
+def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) -> list[Finding]:
+    """Layout causes (reports.layout_findings: a TP group across nodes) claim the share they explain
+    (tensor-parallel comm transfer) before the generic exposed-communication finding sees it."""
+    from traceread.reports.layout_findings import tp_across_nodes
+
+    out = []
+    for f in tp_across_nodes(report):
+        got = budget.claim([k for k in list(budget.left) if k[0] == f["category"] and k[1] == f["role"]])
+        f["impact_us_per_step"] = got
+        f["impact_pct"] = 100.0 * got / step if step else None
+        if f.get("rank") is None:
+            f["rank"] = crit  # type: ignore[typeddict-unknown-key]
+        if f.get("predicted_saving_us") is not None:
+            f["predicted_saving_us"] = min(float(f["predicted_saving_us"]), got)  # type: ignore[typeddict-unknown-key]
+        out.append(f)
+    return out
 
 
 def _nccl_findings(report: Report, led: dict[str, Any], budget: _Budget, step: float) -> list[Finding]:
@@ -189,36 +186,42 @@ def _sm_efficiency(report: Report, budget: _Budget, step: float, crit: int) -> l
                       "foreach/fused optimizers."], kernel=worst["name"])]
 
 
+def _numbers(report: Report, role: str | None, share: float, step: float) -> dict[str, Any]:
+    """The job's numbers the guide's cost models need (explain.advice), for a share of ``role``."""
+    p = report.get("pipeline") or {}
+    groups = [g for g in (report.get("layout") or {}).get("groups") or [] if g.get("role") == role]
+    n: dict[str, Any] = {"share_us": share, "step_us": step, "stages": p.get("stages"),
+                         "microbatches": p.get("microbatches"),
+                         "virtual": 2 if p.get("schedule") == "interleaved" else 1}
+    if groups:
+        n["nodes"] = max(len(g.get("nodes") or []) for g in groups) or None
+        n["group_size"] = max(int(g.get("size") or 0) for g in groups)
+    return n
+
+
 def _category_finding(report: Report, category: str, role: str | None, rank: int, share: float,
                       step: float) -> Finding:
     """The finding for one recoverable (category, role) share of the critical rank."""
     fid = RECOVERABLE[category]
     ev = _rank_evidence(report, category, role)
-    predicted = None
+    advice, predicted = explain.advice(role, category, _numbers(report, role, share, step))
+    sugg = [advice]
     if category == "bubble":
         p = report.get("pipeline") or {}
         stages, mb = int(p.get("stages") or 0), int(p.get("microbatches") or 0)
         title = f"Pipeline bubble: {ms(share)} per step of stages waiting for their neighbours"
         if stages >= 2 and mb >= 1:
             title += f" (P={stages} stages, M={mb} micro-batches, {p.get('schedule')})"
-            now, twice = explain.bubble_fraction(stages, mb), explain.bubble_fraction(stages, 2 * mb)
-            predicted = share * (1.0 - twice / now) if now > 0 else None
-            ev.insert(0, f"(P−1)/(P−1+M) = {pct(100 * now)}; at M={2 * mb}: {pct(100 * twice)}, "
-                         f"at M={4 * mb}: {pct(100 * explain.bubble_fraction(stages, 4 * mb))}")
         expl = explain.pipeline(p, step) if p else (
             "Pipeline stages sat idle waiting for the neighbouring stage's activations or gradients.")
-        sugg = ROLE_SUGGESTIONS["pp"]
     elif category in ("comm_transfer", "comm_wait"):
         what = "moving data" if category == "comm_transfer" else "waiting inside the collective for a peer"
         groups = f"{role.upper()} groups" if role and role != "other" else "unclassified process groups"
         title = f"Exposed communication on {groups}: {ms(share)} per step {what} with no compute to hide it (rank {rank})"
         expl = explain.exposed_comm(share, step, None)
-        sugg = ROLE_SUGGESTIONS.get(role or "", _DEFAULT_COMM)
     elif category == "host_bound":
         title = f"GPU idle waiting for the CPU to launch work: {ms(share)} per step (rank {rank})"
         expl = explain.host_bound(share, step)
-        sugg = ["Capture the step with CUDA graphs or torch.compile(mode='reduce-overhead') to remove launch overhead.",
-                "Give the data loader more workers and pin_memory=True; avoid .item()/.cpu() syncs inside the step."]
     elif category == "memory_bound":
         title = f"Memory-bound operators take {ms(share)} per step (rank {rank})"
         expl = explain.roofline(report.get("roofline") or {})
@@ -267,6 +270,7 @@ def ledger_findings(report: Report) -> list[Finding]:
         shares[(p["category"], p.get("role"), int(p["rank"]))] += float(p["us"])
     budget = _Budget(shares)
     out = _straggler_findings(report, led, budget, step)
+    out += _layout_findings(report, budget, step, crit)
     out += _nccl_findings(report, led, budget, step)
     out += _sm_efficiency(report, budget, step, crit)
     for (category, role, rank), _us in sorted(shares.items(), key=lambda kv: -kv[1]):

@@ -72,6 +72,7 @@ def _segs(rows: list[tuple[int, int, str, str | None, int | None]], base: float 
 
     return pl.DataFrame({"step": [1] * len(rows), "start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
                          "category": [r[2] for r in rows], "pg": [r[3] for r in rows], "kts_ns": [r[4] for r in rows],
+                         "stream": [13 if r[4] is not None else None for r in rows],
                          "base_us": [base] * len(rows)}, schema=SEGMENT_SCHEMA)
 
 
@@ -84,7 +85,7 @@ def test_job_ledger_follows_the_late_peer() -> None:
         1: _segs([(0, 30_000, "compute_bound", None, None), (30_000, 40_000, "comm_transfer", "0", 30_000),
                   (40_000, 45_000, "idle_other", None, None)]),
     }
-    ev = pl.DataFrame({"instance": [0, 0], "rank": [0, 1], "ts": [10.0, 30.0]})
+    ev = pl.DataFrame({"instance": [0, 0], "rank": [0, 1], "ts": [10.0, 30.0], "stream": [13, 13]})
 
     class M:  # the matched events: only these columns are read
         events = ev

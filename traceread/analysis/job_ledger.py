@@ -83,7 +83,7 @@ def fallback_roles(extracts: list[pl.DataFrame]) -> RoleOf:
 
 def _arrivals(matched: Any, offsets: dict[int, float]) -> pl.DataFrame:
     """Per (rank, kernel start): the aligned arrival of the last member and who it was."""
-    ev = matched.events.select("instance", "rank", "ts")
+    ev = matched.events.select("instance", "rank", "ts", "stream")
     off = pl.DataFrame({"rank": list(offsets), "_o": [float(v) for v in offsets.values()]},
                        schema={"rank": pl.Int64, "_o": pl.Float64})
     ev = ev.join(off, on="rank", how="left").with_columns(pl.col("_o").fill_null(0.0))
@@ -91,7 +91,7 @@ def _arrivals(matched: Any, offsets: dict[int, float]) -> pl.DataFrame:
     last = (ev.sort(["_a", "rank"], descending=[True, False]).group_by("instance", maintain_order=True)
             .agg(pl.col("_a").first().alias("last_a"), pl.col("rank").first().alias("peer"),
                  pl.col("ts").first().alias("peer_ts"), pl.col("_o").first().alias("peer_o")))
-    return ev.join(last, on="instance").select("rank", "ts", "peer", "peer_ts", "peer_o")
+    return ev.join(last, on="instance").select("rank", "ts", "stream", "peer", "peer_ts", "peer_o")
 
 
 def _p2p_steps(extracts: list[pl.DataFrame], role_of: RoleOf) -> set[tuple[int, int]]:
@@ -114,14 +114,16 @@ def finalise_rank(rank: int, segs: pl.DataFrame, offset_us: float, arrivals: pl.
     end = segs["end_ns"].to_numpy().astype(np.int64)
     cats = segs["category"].to_list()
     pgs = segs["pg"].to_list()
-    kts = segs["kts_ns"].to_list()
-    last: dict[int, tuple[int, int]] = {}  # kernel start ns -> (last arrival on this rank's ns, peer)
+    kernel = list(zip(segs["kts_ns"].to_list(), segs["stream"].to_list()))
+    # (kernel start ns, stream) -> (last arrival on this rank's ns, late peer); the stream tells
+    # apart kernels starting together (a stage's send and receive of one 1F1B slot)
+    last: dict[tuple[int, int | None], tuple[int, int]] = {}
     if arrivals is not None and arrivals.height:
         mine = arrivals.filter(pl.col("rank") == rank)
-        for ts, peer, pts, po in mine.select("ts", "peer", "peer_ts", "peer_o").iter_rows():
+        for ts, stream, peer, pts, po in mine.select("ts", "stream", "peer", "peer_ts", "peer_o").iter_rows():
             k = int(round((ts - base) * 1000.0))
             a = pts - po + offset_us  # the peer's arrival on this rank's clock
-            last[k] = (int(round((a - base) * 1000.0)), int(peer))
+            last[(k, stream)] = (int(round((a - base) * 1000.0)), int(peer))
     out_s, out_e, out_step, out_cat, out_role, out_peer = [], [], [], [], [], []
 
     def put(s: int, e: int, k: int, c: str, role: str | None, peer: int = -1) -> None:
@@ -133,7 +135,7 @@ def finalise_rank(rank: int, segs: pl.DataFrame, offset_us: float, arrivals: pl.
         s, e, k, c = int(start[i]), int(end[i]), int(step[i]), cats[i]
         if c == "comm_transfer":
             role = role_of(pgs[i])
-            got = last.get(kts[i]) if kts[i] is not None else None
+            got = last.get(kernel[i]) if kernel[i][0] is not None else None
             if got is not None and got[1] != rank and got[0] > s:
                 cut = min(got[0], e)
                 if role == "pp":

@@ -55,7 +55,8 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "end_ns": pl.Int64,
     "category": pl.Utf8,
     "pg": pl.Utf8,  # communication segments: process group of the kernel that started first
-    "kts_ns": pl.Int64,  # communication segments: that kernel's start (to find its collective)
+    "kts_ns": pl.Int64,  # communication segments: that kernel's start and stream (to find its collective)
+    "stream": pl.Int64,
     "base_us": pl.Float64,  # the rank's ns origin (same on every row)
 }
 
@@ -192,6 +193,8 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     pg_col = gpu["pg_name"].to_list()
     pgs = [pg_col[w] if w >= 0 else None for w in who_all.tolist()]
     kts = [int(ts[w]) if w >= 0 else None for w in who_all.tolist()]
+    stream_col = gpu["stream"].to_list()
+    streams = [stream_col[w] if w >= 0 else None for w in who_all.tolist()]
     return pl.DataFrame({
         "step": w_step[np.concatenate(ks)[o]],
         "start_ns": s_all[o].astype(np.int64),
@@ -199,6 +202,7 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
         "category": np.concatenate(cats)[o].tolist(),
         "pg": pgs,
         "kts_ns": kts,
+        "stream": streams,
         "base_us": np.full(o.size, base),
     }, schema=SEGMENT_SCHEMA)
 
