@@ -27,10 +27,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "pp_gpipe": ("pp", {"ranks": 4, "steps": 2, "schedule": "gpipe"}),
     "slow_steps": ("slow_steps", {"ranks": 2, "steps": 4, "slow_steps": [(11, "dataloader", 5000.0)]}),
     "3d": ("3d", {}),
-    "fsdp": ("fsdp", {}),
+    "fsdp_exposed": ("fsdp_exposed", {}),
     "moe": ("moe", {}),
-    "nonnccl": ("nonnccl", {}),
-    "hostbound": ("hostbound", {}),
+    "custom_allreduce": ("custom_allreduce", {}),
+    "host_bound": ("host_bound", {}),
 }
 
 
