@@ -36,6 +36,10 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
         kn = dict(SMALL)
         if name == "slow_steps":
             kn["slow_steps"] = [(11, "gc", 5000.0)]
+        if name == "3d":
+            kn.update(tp=1, pp=2, layers=2)
+        if name == "custom_allreduce":
+            kn["tp"] = 2
         truth = simulate(name, out, ranks=2, **kn)
         files = sorted(p.name for p in out.glob("rank*.pt.trace.json.gz"))
         assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
@@ -46,6 +50,7 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
             t = truth["ranks"][str(r)]
             assert sum(1 for e in ev if e.get("cat") == "kernel") == t["kernels"]
             assert sum(1 for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")) == t["nccl_kernels"]
+            assert sum(1 for e in ev if e.get("cat") == "kernel" and "Collective name" in e["args"]) == t["comm_kernels"]
             assert sum(1 for e in ev if e.get("cat") == "gpu_memcpy") == t["memcpys"]
         try:
             from traceread.reader import read_traces

@@ -39,10 +39,10 @@ SCENARIOS: dict[str, str] = {
 
 #: Knob defaults of each scenario (the user's knobs win).
 SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
-    "3d": {"ranks": 16, "tp": 4, "pp": 2, "gpus_per_node": 6, "microbatches": 4, "batch": 1, "layers": 4,
+    "3d": {"ranks": 16, "tp": 4, "pp": 2, "gpus_per_node": 6, "microbatches": 4, "batch": 1, "layers": 2,
            "steps": 2, "seq_len": 1024},
     "fsdp_exposed": {"comm": "fsdp", "prefetch": False, "ranks": 8},
-    "moe": {"ranks": 8, "layers": 2, "hot_rank": 3, "hot_factor": 3.0, "seq_len": 1024},
+    "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
     "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
 }
@@ -89,7 +89,7 @@ class Knobs:
     gpus_per_node: int | None = None  # ranks per node (consecutive); None = ranks / hosts
     pp: int = 2  # 3d: pipeline stages (dp = ranks / (tp * pp))
     prefetch: bool = True  # fsdp: all-gather the next layer's parameters ahead of its compute
-    hot_rank: int | None = None  # moe: the overloaded expert rank
+    hot_rank: int | None = None  # moe: the overloaded expert rank (None: rank min(3, ranks - 1))
     hot_factor: float = 3.0  # moe: tokens routed to the hot rank's expert, x the fair share
     allreduce_kernel: str = "nccl"  # tp/custom_allreduce TP all-reduce: nccl | multimem | vllm
     loader_us: float = 0.0  # every step: extra data-loader time on the host before the batch is copied
@@ -263,6 +263,12 @@ class Block:
 
 def _last_compute(ctx: RankCtx) -> GpuOp:
     return ctx.streams[COMPUTE_STREAM][-1]
+
+
+def _stream_order(ctx: RankCtx) -> list[GpuOp]:
+    """c10d orders a NCCL op after the work already queued on the current stream (``syncStream``): a recv
+    cannot start before the compute launched before it has run."""
+    return [_last_compute(ctx)] if ctx.streams.get(COMPUTE_STREAM) else []
 
 
 def _no_prefetch_waits(ctx: RankCtx, k: Knobs) -> list[GpuOp]:
@@ -511,7 +517,7 @@ def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup, stage: int | None = No
                     # last stage's previous chunk; keys name the sender's (chunk, microbatch)
                     if p > 0 or c > 0:
                         src, sc = (p - 1, c) if p > 0 else (last, c - 1)
-                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "act", (sc, i), waits=[],
+                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "act", (sc, i), waits=_stream_order(ctx),
                                          transfer_us=k.p2p_us, stream=P2P_STREAMS["recv_act"]))
                     blocks[(c, i)] = [Block(em, k, m, mb, tp, tp_pg) for _ in range(layers_chunk)]
                     with ctx.op(f"forward_chunk{c}_microbatch_{i}" if v > 1 else f"forward_microbatch_{i}",
@@ -526,7 +532,7 @@ def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup, stage: int | None = No
                     waits = []
                     if p < last or c < v - 1:
                         src, sc = (p + 1, c) if p < last else (0, c + 1)
-                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "grad", (sc, i), waits=[],
+                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "grad", (sc, i), waits=_stream_order(ctx),
                                          transfer_us=k.p2p_us, stream=P2P_STREAMS["recv_grad"]))
                     name = f"backward_chunk{c}_microbatch_{i}" if v > 1 else f"backward_microbatch_{i}"
                     with ctx.thread(ctx.autograd_tid), ctx.op(name, cat="user_annotation", pre=5_000):
@@ -624,7 +630,8 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> 
     em = Emitter(ctx)
     h, m = k.hidden, k.batch * k.seq_len
     n_exp = len(ep.ranks)
-    tokens = int(m * (k.hot_factor if ctx.rank == k.hot_rank else 1.0))
+    hot = k.hot_rank if k.hot_rank is not None else min(3, k.ranks - 1)
+    tokens = int(m * (k.hot_factor if ctx.rank == hot else 1.0))
     dense = 4 * h * h + h + 4 * h
     for step in k.step_numbers():
         ctx.step = step

@@ -5,7 +5,8 @@ sweep, then is reported in µs on the trace clock of an unskewed rank (``ts`` in
 ``clock_offsets_us[rank]``). Definitions (per rank):
 
 * window = first GPU event start .. last GPU event end (kernels and memcpys, all streams);
-* COMP = kernels that are not NCCL; COMM = NCCL kernels; MEMCPY = memcpys (``|X|`` = union length);
+* COMP = kernels that are not communication; COMM = communication kernels (NCCL, or the non-NCCL
+  all-reduce of ``custom_allreduce``); MEMCPY = memcpys (``|X|`` = union length);
 * compute = |COMP|; comm = |COMM|; exposed_comm = |COMM − COMP|; memcpy = |MEMCPY|;
   exposed_memcpy = |MEMCPY − COMP − COMM|; gpu_busy = |COMP ∪ COMM ∪ MEMCPY|;
   idle = window − gpu_busy, so compute + exposed_comm + exposed_memcpy + idle == window exactly;
@@ -189,7 +190,8 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
         "hfu_pct": 100.0 * hw_flops / (mean_step_s * peak) if hw_flops != model_flops else None,
         "kernels": sum(1 for o in ops if o.kind == "kernel"),
         "memcpys": sum(1 for o in ops if o.kind == "memcpy"),
-        "nccl_kernels": sum(1 for o in ops if o.cls == "comm"),
+        "nccl_kernels": sum(1 for o in ops if o.cls == "comm" and o.name.startswith("nccl")),
+        "comm_kernels": sum(1 for o in ops if o.cls == "comm"),
         "breakdown_ns": b,
         "steps": steps,
     }
