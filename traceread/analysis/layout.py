@@ -199,18 +199,25 @@ def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
     """
     if ev.height == 0:
         return {}
+    ev = ev.select("pg", "rank", "step", "op", "ts", "end", "busy_at_start")
     if (ev["step"] >= 0).any():
         ev = ev.filter(pl.col("step") >= 0)
-    per_rs = ev.sort("ts").group_by(["pg", "rank", "step"]).agg(
+    dur = pl.col("end") - pl.col("ts")
+    per_rs = ev.group_by(["pg", "rank", "step"]).agg(
         pl.col("busy_at_start").min().alias("b0"), pl.col("busy_at_start").max().alias("b1"),
         pl.col("ts").min().alias("t0"), pl.col("ts").max().alias("t1"),
-        (pl.col("end") - pl.col("ts")).sum().alias("dur"), (pl.col("end") - pl.col("ts")).last().alias("last"))
+        dur.sum().alias("dur"), dur.sort_by("ts").last().alias("last"))
     comp = pl.DataFrame([{"rank": r, "step": k, "c": c} for (r, k), c in compute.items()],
                         schema={"rank": pl.Int64, "step": pl.Int64, "c": pl.Float64})
-    wins = [w.select(pl.lit(r, pl.Int64).alias("rank"), pl.col("step").cast(pl.Int64), "start", "end")
-            for r, w in windows.items() if w is not None and w.height]
-    win = pl.concat(wins) if wins else pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "start": pl.Float64,
-                                                            "end": pl.Float64})
+    cols: dict[str, list[Any]] = {"rank": [], "step": [], "start": [], "end": []}
+    for r, w in windows.items():  # plain lists: a thousand tiny frames cost more to select than to read
+        if w is None or w.height == 0:
+            continue
+        cols["rank"] += [r] * w.height
+        cols["step"] += w["step"].to_list()
+        cols["start"] += w["start"].to_list()
+        cols["end"] += w["end"].to_list()
+    win = pl.DataFrame(cols, schema={"rank": pl.Int64, "step": pl.Int64, "start": pl.Float64, "end": pl.Float64})
     per_rs = per_rs.join(comp, on=["rank", "step"], how="left").join(win, on=["rank", "step"], how="left")
     rest = pl.col("end") - pl.col("start") - pl.col("dur")  # the step's time outside these calls
     per_rs = per_rs.with_columns(
@@ -350,7 +357,7 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
         for pg, pg_ranks, size, desc, seen in missing.iter_rows():  # groups no pg_config listed
             members = expand_ranks(pg_ranks) or list(seen)
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
-    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].to_list()) if ev.height else set()))
+    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].unique().to_list()) if ev.height else set()))
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
     usages = _usages(ev, windows or {}, compute or {}) if ev.height else {}
     pp_stages = 0
