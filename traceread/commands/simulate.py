@@ -142,6 +142,12 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
     if truth["pipeline"]:
         p = truth["pipeline"]
         click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
+    led = truth["ledger"]
+    top = sorted(led["parts"], key=lambda x: -x["us"])[:3]
+    parts = ", ".join(f"{x['category']}{':' + x['role'] if x['role'] else ''} rank {x['rank']} "
+                      f"{x['us'] / 1000:.2f} ms" for x in top)
+    click.echo(f"job ledger, step {led['step']} ({led['step_us'] / 1000:.2f} ms, critical rank "
+               f"{led['critical_rank']}): {parts}")
 
 
 def _pick(values: tuple, i: int, default: object, flag: str) -> object:  # type: ignore[type-arg]
