@@ -74,6 +74,14 @@ def compact_ranks(ranks: Sequence[int]) -> str:
         step = rs[1] - rs[0]
         if step > 0 and all(b - a == step for a, b in zip(rs, rs[1:])):
             return f"{rs[0]}-{rs[-1]}" + (f":{step}" if step != 1 else "")
+    return ",".join(rank_runs(rs))
+
+
+def rank_runs(ranks: Iterable[int]) -> list[str]:
+    """Runs of consecutive ranks: ``[0, 1, 2, 5, 7, 8]`` → ``["0-2", "5", "7-8"]``."""
+    rs = sorted(set(int(r) for r in ranks))
+    if not rs:
+        return []
     parts: list[str] = []
     start = prev = rs[0]
     for r in rs[1:] + [None]:  # type: ignore[list-item]
@@ -83,7 +91,7 @@ def compact_ranks(ranks: Sequence[int]) -> str:
         parts.append(str(start) if start == prev else f"{start}-{prev}")
         if r is not None:
             start = prev = r
-    return ",".join(parts)
+    return parts
 
 
 def expand_ranks(text: str | Sequence[int] | None) -> list[int]:
