@@ -8,6 +8,9 @@ critical rank's median step into parts ``{category, role, rank, us}``. Findings 
   the role of the collective waited in, rank = the late rank). Its what-if
   (``predicted_saving_us``, the straggler analysis' step time saved) is shown beside it, capped by
   the share.
+* **straggler** when the late rank is the critical rank itself (its own slow work sets the step, the
+  others wait for it): the straggler analysis' step time saved, claimed out of its compute (category
+  of the compute it claims first, the role the others wait in).
 * one finding per recoverable (category, role) of the critical rank: ``bubble`` (pp),
   ``comm_transfer`` and ``comm_wait`` per role, ``host_bound``, ``memory_bound``,
   ``exposed_memcpy``, ``dependency``. Useful compute (``compute_bound``, ``compute_other``) and the
@@ -105,12 +108,51 @@ def _straggler_findings(report: Report, led: dict[str, Any], budget: _Budget, st
         if e.get("evidence"):
             ev.append(str(e["evidence"]))
         predicted = e.get("impact_us_per_step")
+        if predicted is not None:
+            title += f"; steps would be about {ms(min(float(predicted), share))} shorter if it were on time"
         advice, _upper = explain.advice(role, "comm_wait", {"share_us": share, "rank": peer, "cause": cause})
         sugg = [advice]
+        what_if = min(float(predicted), share) if predicted is not None else share
         out.append(_finding("straggler", title, share, step, "comm_wait", role, peer,
-                            explain.straggler(peer, share, cause, step, e.get("blame_us_per_step")), ev, sugg,
+                            explain.straggler(peer, what_if, cause, step, e.get("blame_us_per_step")), ev, sugg,
                             predicted=predicted, blame_us_per_step=e.get("blame_us_per_step")))
-    return out
+    return out + _critical_straggler(report, led, budget, step, crit, entries)
+
+
+def _wait_role(report: Report, crit: int) -> str | None:
+    """The role in which the other ranks wait most (their own ledgers' comm_wait)."""
+    acc: dict[str | None, float] = defaultdict(float)
+    for r in report.get("ranks") or []:
+        if r.get("rank") != crit:
+            for p in (r.get("ledger") or {}).get("parts") or []:
+                if p["category"] == "comm_wait":
+                    acc[p.get("role")] += float(p["us"])
+    return max(acc, key=lambda k: acc[k]) if acc else None
+
+
+def _critical_straggler(report: Report, led: dict[str, Any], budget: _Budget, step: float, crit: int,
+                        entries: dict[int, dict[str, Any]]) -> list[Finding]:
+    """The straggler *is* the critical rank (its own slow work sets the step; the others wait for it):
+    the part of its compute that makes it late — the straggler analysis' step time saved if it were
+    on time — is its share, claimed from its compute (compute-bound first)."""
+    e = entries.get(crit)
+    if not e or not e.get("root", True) or not e.get("impact_us_per_step"):
+        return []
+    keys = [(c, None, crit) for c in ("compute_bound", "compute_other", "memory_bound")]
+    first = max(keys, key=lambda k: budget.left.get(k, 0.0))[0]
+    share = budget.claim(keys, float(e["impact_us_per_step"]))
+    if share <= 0:
+        return []
+    cause, role = str(e.get("cause") or "unknown"), _wait_role(report, crit)
+    title = (f"Rank {crit} is a straggler: the other ranks wait for it in {role or 'a'} communication; steps "
+             f"would be {ms(share)} shorter if it were on time ({cause})")
+    ev = [f"rank {crit} has the longest step ({ms(step)}): the critical path runs through its own work"]
+    if e.get("evidence"):
+        ev.append(str(e["evidence"]))
+    advice, _upper = explain.advice(role, "comm_wait", {"share_us": share, "rank": crit, "cause": cause})
+    return [_finding("straggler", title, share, step, first, role, crit,
+                     explain.straggler(crit, share, cause, step, e.get("blame_us_per_step")), ev, [advice],
+                     predicted=float(e["impact_us_per_step"]), blame_us_per_step=e.get("blame_us_per_step"))]
 
 
 def _peer_mix(led: dict[str, Any], peer: int) -> list[tuple[str, float]]:

@@ -134,17 +134,24 @@ def test_job_ledger_matches_truth(case: dict[str, Any]) -> None:
     _close(agg(ours["parts"]), agg(want["parts"]), f"{case['name']} job ledger")
 
 
-def _biggest_recoverable(led: dict[str, Any]) -> tuple[str, str | None, int]:
-    """Truth's biggest recoverable share, grouped as the findings group it: time on a late rank
-    (a straggler: comm_wait, its rank), else (category, role) on the critical rank."""
+def _recoverable_shares(truth: dict[str, Any]) -> dict[tuple[str, str | None, int], float]:
+    """Truth's recoverable shares, grouped as the findings group them: time on a late rank (a
+    straggler: comm_wait, its rank); a critical rank that is itself the straggler (its step cost,
+    out of its compute); else (category, role) on the critical rank."""
+    led = truth["ledger"]
     crit = led["critical_rank"]
     shares: dict[tuple[str, str | None, int], float] = defaultdict(float)
+    compute = {p["category"]: p["us"] for p in led["parts"] if p["rank"] == crit and p["category"] in USEFUL}
     for p in led["parts"]:
         if p["rank"] != crit:
             shares[("comm_wait", None, p["rank"])] += p["us"]
         elif p["category"] not in USEFUL and p["category"] != "idle_other":
             shares[(p["category"], p["role"], crit)] += p["us"]
-    return max(shares, key=lambda k: shares[k])
+    for st in truth.get("stragglers") or []:
+        if st["rank"] == crit and compute:
+            cat = max(compute, key=lambda c: compute[c])
+            shares[(cat, None, crit)] += min(float(st["step_cost_us"]), sum(compute.values()))
+    return shares
 
 
 def test_findings_are_shares_and_the_answer_is_truths_biggest(case: dict[str, Any]) -> None:
@@ -157,8 +164,10 @@ def test_findings_are_shares_and_the_answer_is_truths_biggest(case: dict[str, An
         assert f.get("predicted_saving_us", 0.0) <= f["impact_us_per_step"] + 1e-9
     cov = report["coverage"]
     assert cov["step_us"] == pytest.approx(step) and cov["explained_us"] <= step + 1e-6
-    cat, role, rank = _biggest_recoverable(case["truth"]["ledger"])
+    shares = _recoverable_shares(case["truth"])
+    best = max(shares.values())
+    # shares within 2 % of the biggest are a tie at the precision of the what-if estimates
+    top_keys = [k for k, v in shares.items() if v >= 0.98 * best]
     top = findings[0]
-    assert (top["category"], top["rank"]) == (cat, rank), (top["title"], cat, role, rank)
-    if role is not None:
-        assert top["role"] == role
+    assert any((top["category"], top["rank"]) == (c, r) and (ro is None or top["role"] == ro)
+               for c, ro, r in top_keys), (top["title"], top_keys)
