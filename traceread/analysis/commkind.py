@@ -91,6 +91,11 @@ def is_comm_op_name(name: str | None) -> bool:
     return bool(name) and _OP_RE.search(name) is not None  # type: ignore[arg-type]
 
 
+def comm_op_expr() -> pl.Expr:
+    """True for host rows that are communication operators or spans (see :data:`COMM_OP_PATTERN`)."""
+    return pl.col("name").fill_null("").str.contains(COMM_OP_PATTERN)
+
+
 def collective_of_kernel(name: str | None) -> str | None:
     """Collective family of a non-NCCL communication kernel by its name (None when not telling)."""
     if comm_kind_of_name(name) is None:
