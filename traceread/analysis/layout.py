@@ -387,6 +387,9 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
             g.nodes = sorted({nodes[r] for r in g.ranks if r in nodes})
             if len(g.nodes) > 1:
                 g.evidence += f"; spans {len(g.nodes)} nodes (nodes from {node_src})"
+    widest = max(by_pg.values(), key=lambda x: (x.size, -len(x.pg)), default=None)
+    if widest is not None and node_src and len(widest.nodes) <= 1:  # say where nodes came from once
+        widest.evidence += f"; nodes from {node_src}"
     degrees = {}
     for role in ROLES:
         sizes = Counter(g.size for g in by_pg.values() if g.role == role and g.size > 1)
