@@ -195,7 +195,7 @@ def test_unknown_knob_and_bad_values_are_one_line_errors(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="unknown simulate knob"):
         simulate("ddp", tmp_path, rnks=4)
     with pytest.raises(ValueError, match="unknown scenario"):
-        simulate("moe", tmp_path)
+        simulate("zero_bubble", tmp_path)
     with pytest.raises(ValueError, match="straggler rank 9"):
         simulate("ddp", tmp_path, ranks=4, stragglers=[(9, 1.0, "gpu")])
 
