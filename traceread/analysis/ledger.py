@@ -53,7 +53,7 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
-    "category": pl.Utf8,
+    "category": pl.Enum(CATEGORIES),  # one byte per row
     "pg": pl.Utf8,  # communication segments: process group of the kernel that started first
     "kts_ns": pl.Int64,  # communication segments: that kernel's start and stream (to find its collective)
     "stream": pl.Int64,
@@ -87,13 +87,15 @@ def kernel_bounds(rt: RankTrace, gpu: pl.DataFrame, ops: pl.DataFrame | None) ->
     own[rows] = rows
     parent, depth = _parents(rt.host)
     owner = propagate_down(parent, depth, own)
-    bound_of = dict(zip(rows.tolist(), known["bound"].to_list()))
+    code = np.zeros(rt.host.height, dtype=np.int8)  # per host row: 0 unknown, 1 compute, 2 memory
+    code[rows] = np.where(known["bound"].to_numpy() == "compute", 1, 2)
     op_rows = gpu["op_row"].fill_null(-1).to_numpy().astype(np.int64)
     ok = (op_rows >= 0) & (op_rows < owner.size)
-    for i in np.flatnonzero(ok):
-        o = int(owner[op_rows[i]])
-        if o >= 0:
-            out[i] = bound_of.get(o)
+    own = np.full(gpu.height, -1, dtype=np.int64)
+    own[ok] = owner[op_rows[ok]]
+    got = np.where(own >= 0, code[np.clip(own, 0, None)], 0)
+    out[got == 1] = "compute"
+    out[got == 2] = "memory"
     return out
 
 
