@@ -400,3 +400,47 @@ def test_layout_of_the_classic_scenarios(ledger_runs: dict[str, dict]) -> None:
     assert (deg["tp"]["tp"], deg["tp"]["dp"]) == (2, 2)
     assert deg["pp"]["pp"] == 3
     assert [g["nodes"] for g in ledger_runs["skew"]["layout"]["groups"]] == [[0, 1]]
+
+
+@pytest.mark.parametrize("case", ["ddp", "pp", "3d", "moe", "host_bound", "custom_allreduce"])
+def test_ledger_sweep_agrees_with_the_rules_at_random_instants(case: str) -> None:
+    """An independent point query of the contract's rules at random instants gives the sweep's label."""
+    from traceread.simulate.ledger_truth import LedgerModel
+
+    built = _built(case)
+    model = LedgerModel(built)
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    segs = job_segments(built, windows)
+    rng = random.Random(3)
+    for ctx in built.sim.ranks[:4]:
+        pp_steps = {o.step for o in ctx.gpu if o.comm is not None and o.comm.src_rank is not None
+                    and model.role(o) == "pp"}
+        for step, (s, e) in windows[ctx.rank].items():
+            for t in (rng.randrange(s, e) for _ in range(300)):
+                run = [o for o in ctx.gpu if o.start <= t < o.end]
+                comps = [o for o in run if o.cls == "comp"]
+                comms = [o for o in run if o.cls == "comm"]
+                if comps:
+                    bounds = {model.bound[id(o)] for o in comps}
+                    want = ("compute_bound" if "compute" in bounds else "memory_bound" if "memory" in bounds
+                            else "compute_other", None)
+                elif comms:
+                    k = min(comms, key=lambda o: (o.start, o.launch.ts))
+                    role = model.role(k)
+                    waiting = t < max(m.arrival for m in built.sim.instances[k.comm.key])
+                    want = (("bubble" if role == "pp" else "comm_wait") if waiting else "comm_transfer", role)
+                elif run:
+                    want = ("exposed_memcpy", None)
+                else:
+                    b = min([o.start for o in ctx.gpu if o.start > t] + [e])
+                    a = max([o.end for o in ctx.gpu if o.end <= t] + [s])
+                    if b >= e:
+                        want = ("idle_other", None)
+                    else:
+                        first = min((o for o in ctx.gpu if o.start == b), key=lambda o: o.launch.ts)
+                        if t < min(max(first.launch.ts, a), b):
+                            want = ("host_bound", None)
+                        else:
+                            want = ("bubble", "pp") if step in pp_steps else ("dependency", None)
+                got = next(g for g in segs[ctx.rank][step] if g.t0 <= t < g.t1)
+                assert (got.category, got.role) == want, (case, ctx.rank, step, t)

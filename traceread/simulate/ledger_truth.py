@@ -91,7 +91,7 @@ class LedgerModel:
         assert op.comm is not None
         return self.role_of_pg.get(op.comm.pg_name, "other")
 
-    def pp_ranks_in_step(self, ctx: RankCtx) -> set[int]:
+    def pp_steps(self, ctx: RankCtx) -> set[int]:
         """Steps in which this rank ran pp send/recv."""
         return {o.step for o in ctx.gpu if o.comm is not None and o.comm.src_rank is not None
                 and self.role(o) == "pp"}
@@ -120,7 +120,7 @@ def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, s
     raw: list[Seg] = []
     gaps: list[tuple[int, int]] = []
     ei = 0
-    pp_steps = model.pp_ranks_in_step(ctx)
+    pp_steps = model.pp_steps(ctx)
     for t0, t1 in zip(times, times[1:]):
         while ei < len(events) and events[ei][0] <= t0:
             _, kind, i, o = events[ei]
