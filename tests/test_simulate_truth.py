@@ -444,3 +444,21 @@ def test_ledger_sweep_agrees_with_the_rules_at_random_instants(case: str) -> Non
                             want = ("bubble", "pp") if step in pp_steps else ("dependency", None)
                 got = next(g for g in segs[ctx.rank][step] if g.t0 <= t < g.t1)
                 assert (got.category, got.role) == want, (case, ctx.rank, step, t)
+
+
+def test_job_ledger_follows_late_peers_recursively() -> None:
+    """Rank 0 waits [10, 40) for rank 1; rank 1 computes [10, 20), waits [20, 30) for rank 2, and has no
+    step data after 30. Rank 2 is memory-bound over [20, 30). Uncovered time stays the waiter's comm_wait."""
+    from traceread.simulate.ledger_truth import Seg
+
+    segs = {
+        0: {10: [Seg(0, 10, "compute_bound"), Seg(10, 40, "comm_wait", "dp", 1), Seg(40, 50, "comm_transfer", "dp")]},
+        1: {10: [Seg(0, 20, "compute_bound"), Seg(20, 30, "comm_wait", "tp", 2)]},
+        2: {10: [Seg(0, 20, "idle_other"), Seg(20, 30, "memory_bound"), Seg(30, 45, "compute_other")]},
+    }
+    windows = {0: {10: (0, 50)}, 1: {10: (0, 30)}, 2: {10: (0, 45)}}
+    crit, parts = JobLedger(segs, windows, 3).step_ns(10)
+    assert crit == 0
+    assert dict(parts) == {("compute_bound", None, 0): 10, ("compute_bound", None, 1): 10,
+                           ("memory_bound", None, 2): 10, ("comm_wait", "dp", 0): 10,
+                           ("comm_transfer", "dp", 0): 10}
