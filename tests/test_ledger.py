@@ -152,3 +152,53 @@ def test_identity_on_param_dlrm(shared_traces: Path) -> None:
         pytest.skip("param_dlrm_8rank is absent")
     report = _check_report(folder)
     assert report["ledger"] is not None and len(report["ranks"]) == 8
+
+
+TRUTH_SAMPLES = [n for n in SAMPLES if (Path(__file__).resolve().parents[1] / "sample_traces" / n / "truth.json").is_file()]
+
+
+@pytest.mark.parametrize("name", TRUTH_SAMPLES)
+def test_sample_job_ledger_matches_its_truth(samples_dir: Path, name: str) -> None:
+    """The committed samples' truth.json (written by the simulator): the job ledger part by part."""
+    import json
+    from collections import defaultdict
+
+    truth = json.loads((samples_dir / name / "truth.json").read_text())
+    if "ledger" not in truth:
+        pytest.skip("sample truth has no ledger")
+    report = _check_report(samples_dir / name)
+    ours, want = report["ledger"], truth["ledger"]
+    assert (ours["step"], ours["critical_rank"]) == (want["step"], want["critical_rank"])
+
+    def agg(parts: list[dict[str, Any]]) -> dict[tuple[str, str | None, int], float]:
+        d: dict[tuple[str, str | None, int], float] = defaultdict(float)
+        for p in parts:
+            d[(p["category"], p["role"], p["rank"])] += p["us"]
+        return d
+
+    a, b = agg(ours["parts"]), agg(want["parts"])
+    # skewed clocks are estimated from the traces (within ε), so waits there agree to ε, not exactly
+    tol = 1e-6 if not truth.get("clock_offsets_us") or not any(truth["clock_offsets_us"].values()) else \
+        float(report["source"]["clock"]["epsilon_us"])
+    for k in set(a) | set(b):
+        assert a.get(k, 0.0) == pytest.approx(b.get(k, 0.0), abs=tol), (name, k)
+
+
+def test_terminal_ledger_stays_compact_for_many_ranks() -> None:
+    """1200 ranks: the critical rank and the slowest others are drawn, plus the mean, and it says so."""
+    from traceread.reports import ledger_view, terminal
+
+    parts = lambda r, us: [{"category": "compute_bound", "role": None, "rank": r, "us": us},  # noqa: E731
+                           {"category": "comm_wait", "role": "dp", "rank": r, "us": 100.0}]
+    ranks = [{"rank": r, "ledger": {"step": 3, "step_us": 1000.0 + r % 7, "parts": parts(r, 900.0 + r % 7)},
+              "steps": [{"step": 3, "start_us": 0.0, "duration_us": 1000.0 + r % 7}]} for r in range(1200)]
+    doc = {"schema": "traceread.report/1", "source": {}, "ranks": ranks, "findings": [],
+           "ledger": {"step": 3, "step_us": 1006.0, "critical_rank": 6, "parts": parts(6, 906.0)},
+           "coverage": {"explained_us": 0.0, "step_us": 1006.0}}
+    rows, note = ledger_view.rank_lines(doc, top=10)
+    assert len(rows) == 11 and rows[-1][0] == "mean of 1200" and note and "1200 ranks" in note
+    assert any(c.startswith("rank 6 *") for c, _ in rows)
+    assert ledger_view.bar_text(rows[0][1]).count("C") + ledger_view.bar_text(rows[0][1]).count("W") == 60
+    text = terminal.render_text(doc, top=10)
+    assert "Findings account for 0.0 of 1.0 ms per step" in text
+    assert text.count("|") < 200  # a few dozen bars, not 1200
