@@ -3,7 +3,8 @@
 * **tp_across_nodes** — a tensor-parallel group whose ranks sit on more than one node: its
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
   ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
-  the *cause* of that share, so it replaces the generic exposed-TP-communication finding rather
+  the *cause* of that share (the critical rank's own; time attributed to a late peer is the
+  straggler's), so it replaces the generic exposed-TP-communication finding rather
   than adding to it; the predicted saving (:func:`traceread.reports.explain.advice`) is the share
   times (1 − measured busbw ÷ NVLink peak).
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from traceread.report_schema import Finding, Report
 from traceread.reports import explain
-from traceread.reports.stats import ms, pct_of_step
+from traceread.reports.stats import pct_of_step
 
 
 def _nvlink_gbps(report: Report) -> float | None:
@@ -30,8 +31,12 @@ def _nvlink_gbps(report: Report) -> float | None:
 
 
 def _ledger_share(report: Report, category: str, role: str) -> float:
+    """The critical rank's own share of (category, role) in the job ledger (the parts attributed to a
+    late peer belong to the straggler finding)."""
     led = report.get("ledger") or {}
-    return sum(float(p["us"]) for p in led.get("parts") or [] if p.get("category") == category and p.get("role") == role)
+    crit = led.get("critical_rank")
+    return sum(float(p["us"]) for p in led.get("parts") or []
+               if p.get("category") == category and p.get("role") == role and (crit is None or p.get("rank") == crit))
 
 
 def tp_across_nodes(report: Report) -> list[Finding]:
@@ -51,8 +56,7 @@ def tp_across_nodes(report: Report) -> list[Finding]:
                                                             "nvlink_gbps": nv})
     worst = max(spread, key=lambda g: len(g["nodes"]))
     title = (f"Tensor-parallel group spans {nodes} nodes: per-layer collectives at network speed "
-             f"({len(spread)} of {sum(1 for g in lay.get('groups') or [] if g.get('role') == 'tp')} TP groups; "
-             f"{ms(share)} per step of TP communication)")
+             f"({len(spread)} of {sum(1 for g in lay.get('groups') or [] if g.get('role') == 'tp')} TP groups)")
     evidence = [f"process group {worst['pg']} ({worst.get('desc') or 'no description'}): ranks "
                 f"{worst['ranks'][:16]} on nodes {worst['nodes']} — {worst.get('evidence')}"]
     if busbw is not None:

@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 ROLES = ("dp", "fsdp", "tp", "cp", "pp", "ep")
