@@ -264,20 +264,26 @@ def slow_steps(report: Report) -> list[Finding]:
     return [_finding("slow_steps", title, impact, report, expl, ev, sugg)]
 
 
+def network_loss_us(report: Report) -> tuple[list[dict[str, Any]], float]:
+    """(network collectives, their time above the link floor per step): an upper bound on what a
+    correct transport would save."""
+    steps = total_steps(report)
+    net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
+    lost = 0.0
+    for c in net:
+        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
+            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
+            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+    return net, lost
+
+
 def nccl_transport(report: Report) -> list[Finding]:
     n = report.get("nccl") or {}
     diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
     if not diags:
         return []
     out = []
-    steps = total_steps(report)
-    net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
-    # Upper bound on what a correct transport would save: network collectives' time above the link floor.
-    lost = 0.0
-    for c in net:
-        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
-            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
-            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+    net, lost = network_loss_us(report)
     for d in diags[:MAX_PER_KIND]:
         msg = str(d.get("message") or d.get("id") or "NCCL problem")
         ev = [str(e) for e in (d.get("evidence") or [])][:5]

@@ -186,13 +186,9 @@ def _nccl_findings(report: Report, led: dict[str, Any], budget: _Budget, step: f
     diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
     if not diags:
         return []
-    steps = total_steps(report)
-    net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
-    lost = 0.0
-    for c in net:
-        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
-            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
-            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+    from traceread.reports.findings import network_loss_us
+
+    _net, lost = network_loss_us(report)
     keys = sorted((k for k in budget.left if k[0] == "comm_transfer"), key=lambda k: -budget.left[k])
     out = []
     for d in diags[:3]:
