@@ -39,21 +39,44 @@ def _ledger_share(report: Report, category: str, role: str) -> float:
                if p.get("category") == category and p.get("role") == role and (crit is None or p.get("rank") == crit))
 
 
+def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
+    """The layout's numbers :func:`traceread.reports.explain.advice` needs for a share of ``role``:
+    ``nodes`` (most nodes one group of that role spans), ``group_size``, ``gpus_per_node`` (most
+    ranks of the job on one node), ``busbw_gbps`` (slowest measured bus bandwidth of those groups'
+    collectives) and ``nvlink_gbps`` (the devices' intra-node link peak). Missing ones are left out."""
+    lay = report.get("layout") or {}
+    groups = [g for g in lay.get("groups") or [] if g.get("role") == role]
+    out: dict[str, Any] = {}
+    if groups:
+        out["nodes"] = max(len(g.get("nodes") or []) for g in groups) or None
+        out["group_size"] = max(int(g.get("size") or 0) for g in groups)
+    per_node: dict[int, set[int]] = {}
+    for g in lay.get("groups") or []:
+        if len(g.get("nodes") or []) == 1:
+            per_node.setdefault(g["nodes"][0], set()).update(g.get("ranks") or [])
+    if per_node:
+        out["gpus_per_node"] = max(len(r) for r in per_node.values())
+    pgs = {str(g["pg"]) for g in groups}
+    colls = [c for c in report.get("collectives") or []  # the table labels groups "name (desc)"
+             if str(c.get("pg")).split(" ")[0] in pgs and c.get("busbw_gbps")]
+    if colls:
+        out["busbw_gbps"] = min(float(c["busbw_gbps"]) for c in colls)
+    nv = _nvlink_gbps(report)
+    if nv:
+        out["nvlink_gbps"] = nv
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def tp_across_nodes(report: Report) -> list[Finding]:
     """One finding when any tensor-parallel group spans several nodes (see the module docstring)."""
     lay = report.get("layout") or {}
     spread = [g for g in lay.get("groups") or [] if g.get("role") == "tp" and len(g.get("nodes") or []) > 1]
     if not spread:
         return []
-    pgs = {str(g["pg"]) for g in spread}
-    colls = [c for c in report.get("collectives") or []  # the table labels groups "name (desc)"
-             if str(c.get("pg")).split(" ")[0] in pgs and c.get("busbw_gbps")]
-    busbw = min((float(c["busbw_gbps"]) for c in colls), default=None)
-    nv = _nvlink_gbps(report)
+    numbers = role_numbers(report, "tp")
+    busbw, nv, nodes = numbers.get("busbw_gbps"), numbers.get("nvlink_gbps"), int(numbers["nodes"])
     share = _ledger_share(report, "comm_transfer", "tp")
-    nodes = max(len(g["nodes"]) for g in spread)
-    text, predicted = explain.advice("tp", "comm_transfer", {"share_us": share, "nodes": nodes, "busbw_gbps": busbw,
-                                                            "nvlink_gbps": nv})
+    text, predicted = explain.advice("tp", "comm_transfer", dict(numbers, share_us=share))
     worst = max(spread, key=lambda g: len(g["nodes"]))
     title = (f"Tensor-parallel group spans {nodes} nodes: per-layer collectives at network speed "
              f"({len(spread)} of {sum(1 for g in lay.get('groups') or [] if g.get('role') == 'tp')} TP groups)")

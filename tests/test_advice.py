@@ -91,3 +91,22 @@ def test_tp_group_across_nodes_finding(tmp_path: Path) -> None:
 def test_no_tp_finding_inside_one_node(samples_dir: Path, tmp_path: Path) -> None:
     report = build_report([samples_dir / "tp_dp_h100"], ReportOptions(cache_dir=tmp_path, workers=1))
     assert tp_across_nodes(report) == []
+
+
+def test_role_numbers_from_the_layout() -> None:
+    from traceread.reports.layout_findings import role_numbers
+
+    report = {
+        "source": {"devices": ["NVIDIA H100 80GB HBM3"]},
+        "layout": {"degrees": {}, "groups": [
+            {"pg": "1", "role": "tp", "size": 4, "ranks": [0, 1, 2, 3], "nodes": [0]},
+            {"pg": "2", "role": "tp", "size": 4, "ranks": [4, 5, 6, 7], "nodes": [1]},
+            {"pg": "3", "role": "dp", "size": 2, "ranks": [0, 4], "nodes": [0, 1]}]},
+        "collectives": [{"pg": "3 (mesh_dp)", "name": "allreduce", "busbw_gbps": 40.0},
+                        {"pg": "1 (mesh_tp)", "name": "allreduce", "busbw_gbps": 300.0}],
+    }
+    dp = role_numbers(report, "dp")  # type: ignore[arg-type]
+    assert dp == {"nodes": 2, "group_size": 2, "gpus_per_node": 4, "busbw_gbps": 40.0, "nvlink_gbps": 450.0}
+    _t, saving = explain.advice("dp", "comm_transfer", dict(dp, share_us=1000.0))
+    assert saving == pytest.approx(750.0)  # HSDP over 4 GPUs per node
+    assert role_numbers(report, "tp")["nodes"] == 1  # type: ignore[arg-type]
