@@ -40,7 +40,7 @@ SCENARIOS: dict[str, str] = {
 #: Knob defaults of each scenario (the user's knobs win).
 SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "3d": {"ranks": 16, "tp": 4, "pp": 2, "gpus_per_node": 6, "microbatches": 4, "batch": 1, "layers": 2,
-           "steps": 2, "seq_len": 1024},
+           "hidden": 2048, "heads": 16},
     "fsdp_exposed": {"comm": "fsdp", "prefetch": False, "ranks": 8},
     "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
