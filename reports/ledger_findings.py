@@ -232,8 +232,9 @@ def _numbers(report: Report, role: str | None, share: float, step: float) -> dic
                          "microbatches": p.get("microbatches"),
                          "virtual": 2 if p.get("schedule") == "interleaved" else 1}
     if groups:
-        n["nodes"] = max(len(g.get("nodes") or []) for g in groups) or None
-        n["group_size"] = max(int(g.get("size") or 0) for g in groups)
+        from traceread.reports.layout_findings import role_numbers
+
+        n.update(role_numbers(report, role))  # nodes, group size, GPUs per node, measured busbw, NVLink peak
     return n
 
 
