@@ -1,4 +1,4 @@
-"""Ground-truth arithmetic of the simulator: interval sweeps, breakdown identity, bubble theory, blame."""
+"""Ground-truth arithmetic of the simulator: interval sweeps, breakdown identity, bubble theory, blame, step ledger, layout."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from traceread.simulate import simulate
 from traceread.simulate.devices import DEVICES, launch_stats
-from traceread.simulate.scenarios import pipeline_order
-from traceread.simulate.truth import breakdown, sm_efficiency, union_len
+from traceread.simulate.ledger_truth import CATEGORIES, JobLedger, LedgerModel, Seg, job_segments
+from traceread.simulate.scenarios import SCENARIO_DEFAULTS, Knobs, build, pipeline_order
+from traceread.simulate.truth import breakdown, sm_efficiency, step_windows, union_len
 
 SMALL = {"layers": 1, "hidden": 1024, "heads": 8, "seq_len": 512, "steps": 2}
 
@@ -232,9 +233,6 @@ def test_clock_offsets_per_host(tmp_path: Path) -> None:
 
 # ---- ledger and layout truth (issue #10) --------------------------------------------------------------
 
-from traceread.simulate.ledger_truth import CATEGORIES, JobLedger, job_segments  # noqa: E402
-from traceread.simulate.scenarios import SCENARIO_DEFAULTS, Knobs, build  # noqa: E402
-from traceread.simulate.truth import step_windows  # noqa: E402
 
 #: every scenario, small enough to run in well under a second each
 LEDGER_CASES: dict[str, dict] = {
@@ -405,8 +403,6 @@ def test_layout_of_the_classic_scenarios(ledger_runs: dict[str, dict]) -> None:
 @pytest.mark.parametrize("case", ["ddp", "pp", "3d", "moe", "host_bound", "custom_allreduce"])
 def test_ledger_sweep_agrees_with_the_rules_at_random_instants(case: str) -> None:
     """An independent point query of the contract's rules at random instants gives the sweep's label."""
-    from traceread.simulate.ledger_truth import LedgerModel
-
     built = _built(case)
     model = LedgerModel(built)
     windows = {c.rank: step_windows(c) for c in built.sim.ranks}
@@ -449,8 +445,6 @@ def test_ledger_sweep_agrees_with_the_rules_at_random_instants(case: str) -> Non
 def test_job_ledger_follows_late_peers_recursively() -> None:
     """Rank 0 waits [10, 40) for rank 1; rank 1 computes [10, 20), waits [20, 30) for rank 2, and has no
     step data after 30. Rank 2 is memory-bound over [20, 30). Uncovered time stays the waiter's comm_wait."""
-    from traceread.simulate.ledger_truth import Seg
-
     segs = {
         0: {10: [Seg(0, 10, "compute_bound"), Seg(10, 40, "comm_wait", "dp", 1), Seg(40, 50, "comm_transfer", "dp")]},
         1: {10: [Seg(0, 20, "compute_bound"), Seg(20, 30, "comm_wait", "tp", 2)]},
@@ -462,3 +456,16 @@ def test_job_ledger_follows_late_peers_recursively() -> None:
     assert dict(parts) == {("compute_bound", None, 0): 10, ("compute_bound", None, 1): 10,
                            ("memory_bound", None, 2): 10, ("comm_wait", "dp", 0): 10,
                            ("comm_transfer", "dp", 0): 10}
+
+
+def test_truth_never_imports_the_analysis() -> None:
+    """Truth must come from the simulator's schedule: no module of traceread.simulate imports traceread.analysis."""
+    import ast
+
+    import traceread.simulate as pkg
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith("traceread.analysis") for n in names), path

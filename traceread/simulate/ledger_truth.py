@@ -48,7 +48,6 @@ CATEGORIES: tuple[str, ...] = (
 )
 #: Roles of the layout, in the order of ``layout.degrees``.
 ROLES: tuple[str, ...] = ("dp", "fsdp", "tp", "pp", "cp", "ep")
-_ROLE_KEYED = ("comm_transfer", "comm_wait", "bubble")
 
 
 @dataclass(frozen=True)
