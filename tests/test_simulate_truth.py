@@ -469,3 +469,9 @@ def test_truth_never_imports_the_analysis() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.startswith("traceread.analysis") for n in names), path
+
+
+def test_layout_nodes_are_machines_of_at_most_eight_gpus(tmp_path: Path) -> None:
+    truth = simulate("ddp", tmp_path, ranks=16, **SMALL)
+    assert truth["layout"]["groups"][0]["nodes"] == [0, 1]
+    assert [truth["ranks"][str(r)]["node"] for r in (0, 7, 8, 15)] == [0, 0, 1, 1]

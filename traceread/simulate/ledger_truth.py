@@ -39,7 +39,7 @@ from typing import Any
 
 from traceread.simulate.comm import ProcessGroup
 from traceread.simulate.scenarios import Built
-from traceread.simulate.schedule import GpuOp, RankCtx
+from traceread.simulate.schedule import MAX_GPUS_PER_MACHINE, GpuOp, RankCtx
 
 #: Ledger categories in display order (the contract's order).
 CATEGORIES: tuple[str, ...] = (
@@ -296,10 +296,21 @@ def group_roles(built: Built) -> dict[str, str]:
     return {g.name: (g.role if g.name in used else "other") for g in all_groups(built)}
 
 
+def node_of(built: Built, rank: int) -> int:
+    """The machine of ``rank``: its host, split into machines of at most 8 GPUs when a host (one NVLink
+    domain) has more, as the traces show it (device indices restart at 0 every 8 GPUs)."""
+    per = built.knobs.per_node()
+    machines = -(-per // MAX_GPUS_PER_MACHINE)
+    return built.sim.host_of(rank) * machines + (rank % per) // MAX_GPUS_PER_MACHINE
+
+
 def layout_truth(built: Built) -> dict[str, Any]:
     """``layout`` in the contract's shape: degrees and one row per process group."""
     roles = group_roles(built)
-    host = built.sim.host_of
+
+    def host(r: int) -> int:
+        return node_of(built, r)
+
     groups = []
     for g in all_groups(built):
         role = roles[g.name]

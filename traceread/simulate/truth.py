@@ -38,7 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from traceread.simulate.layers import LeafOp
-from traceread.simulate.ledger_truth import layout_truth, ledger_truth
+from traceread.simulate.ledger_truth import layout_truth, ledger_truth, node_of
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -330,7 +330,7 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
     rank_ledgers, job_ledger, job_by_step = ledger_truth(built, windows)
     for r, rt in ranks.items():
         rt.update(rank_ledgers[int(r)])
-        rt["node"] = built.sim.host_of(int(r))
+        rt["node"] = node_of(built, int(r))
     colls, blame = collectives_truth(built, base_ns)
     n_steps = len(k.step_numbers())
     for r, rt in ranks.items():
