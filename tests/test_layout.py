@@ -183,3 +183,25 @@ def test_nodes_from_each_source() -> None:
     shared, _ = layout.node_map([0, 1], devices={0: 0, 1: 0})  # two processes on one GPU: one node
     assert shared == {0: 0, 1: 0}
     assert layout.node_map(ranks) == ({}, None)
+
+
+@pytest.mark.parametrize("calls,spread,of,role", [
+    ({"send": 12, "recv": 12}, 0.5, "compute", "pp"),
+    ({"alltoall": 8}, 0.9, "compute", "ep"),
+    ({"alltoall": 5, "allreduce": 3}, 0.7, "compute", "dp"),  # DLRM: embeddings + gradients on one group
+    ({"allgather": 8, "reducescatter": 4}, 0.98, "compute", "fsdp"),
+    ({"allreduce": 16}, 0.84, "compute", "tp"),
+    ({"allreduce": 4}, 0.44, "compute", "dp"),
+    ({"allreduce": 1}, None, "compute", "dp"),
+    ({"allreduce": 2}, 0.82, "time", "dp"),  # gloo: wall time needs >= 90 % and >= 4 calls
+    ({"allreduce": 8}, 0.95, "time", "tp"),
+    ({"allgather": 1}, 0.0, "compute", "other"),
+    ({"barrier": 1}, None, "compute", "other"),
+    ({}, None, "compute", "other"),
+])
+def test_role_from_usage(calls: dict[str, float], spread: float | None, of: str, role: str) -> None:
+    from collections import Counter
+
+    u = layout._Usage(Counter(calls), spread, of, float(sum(calls.values())))
+    got, evidence = layout.role_from_usage(u)
+    assert got == role and evidence

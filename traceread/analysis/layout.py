@@ -261,7 +261,7 @@ def role_from_usage(u: _Usage) -> tuple[str, str]:
     what = _fmt_calls(c)
     p2p = c["send"] + c["recv"] + c["sendrecv"]
     of = "the step's compute" if u.spread_of == "compute" else "the step's time outside them"
-    pos = f", calls spread over {100 * u.spread:.0f}% of {of}" if u.spread is not None else ""
+    pos = f", calls spread over {100 * u.spread:.0f}% of {of}" if u.spread is not None and u.per_step >= 2 else ""
     if p2p >= 0.5 * u.per_step:
         return "pp", f"point-to-point send/recv ({what}): activations passed between pipeline stages"
     if c["alltoall"] > 0 and c["allreduce"] == 0 and c["alltoall"] >= max(c["allgather"], c["reducescatter"]):
@@ -278,8 +278,8 @@ def role_from_usage(u: _Usage) -> tuple[str, str]:
     if c["allreduce"] > 0:
         also = " (its all-to-alls exchange embeddings or tokens on the same group)" if c["alltoall"] else ""
         return "dp", f"{what}{pos}: gradient all-reduce during backward only{also}"
-    if dense > 0:
-        return "fsdp" if c["allgather"] else "other", f"{what}{pos}"
+    if dense > 0:  # all-gather or reduce-scatter alone, not per layer (metrics, checkpoint gathers)
+        return "other", f"{what}{pos}"
     return "other", f"{what} (barriers/broadcasts only)"
 
 
