@@ -3,15 +3,18 @@
 The job ledger (``report["ledger"]``, :mod:`traceread.analysis.job_ledger`) partitions the
 critical rank's median step into parts ``{category, role, rank, us}``. Findings are built from it:
 
-* **straggler** — the parts attributed to a rank other than the critical one: the critical path
-  ran through that rank while the others waited for it in a collective (category ``comm_wait``,
-  the role of the collective waited in, rank = the late rank). Its what-if
+* **straggler** — the parts attributed to a rank other than the critical one, except its
+  communication: the critical path ran through that rank's own work (compute, host, idle) while the
+  others waited for it in a collective (category ``comm_wait``, the role of the collective waited
+  in, rank = the late rank). A late rank's communication (e.g. its slow cross-node TP transfer)
+  belongs to the finding of that communication's role. Its what-if
   (``predicted_saving_us``, the straggler analysis' step time saved) is shown beside it, capped by
   the share.
 * **straggler** when the late rank is the critical rank itself (its own slow work sets the step, the
   others wait for it): the straggler analysis' step time saved, claimed out of its compute (category
   of the compute it claims first, the role the others wait in).
-* one finding per recoverable (category, role) of the critical rank: ``bubble`` (pp),
+* one finding per recoverable (category, role), over the critical rank and (communication only)
+  the late ranks the critical path followed, rank = the rank holding most of it: ``bubble`` (pp),
   ``comm_transfer`` and ``comm_wait`` per role, ``host_bound``, ``memory_bound``,
   ``exposed_memcpy``, ``dependency``. Useful compute (``compute_bound``, ``compute_other``) and the
   step's tail (``idle_other``) are not findings, except that kernels too small for the GPU claim
@@ -42,6 +45,11 @@ RECOVERABLE: dict[str, str] = {
     "host_bound": "host_bound", "memory_bound": "memory_bound", "exposed_memcpy": "exposed_memcpy",
     "dependency": "dependency_wait",
 }
+
+#: Communication categories: on a late peer they are communication (the role's finding), not the
+#: peer's own slowness (the straggler finding).
+COMM_CATEGORIES = frozenset({"comm_transfer", "comm_wait", "bubble"})
+
 
 class _Budget:
     """Remaining µs of each ledger share; claims never exceed them."""
@@ -89,7 +97,7 @@ def _straggler_findings(report: Report, led: dict[str, Any], budget: _Budget, st
     crit = int(led["critical_rank"])
     by_peer: dict[int, list[tuple[str, str | None, int]]] = defaultdict(list)
     for p in led.get("parts") or []:
-        if int(p["rank"]) != crit:
+        if int(p["rank"]) != crit and p["category"] not in COMM_CATEGORIES:
             by_peer[int(p["rank"])].append((p["category"], p.get("role"), int(p["rank"])))
     roles: dict[int, str | None] = {}
     for w in led.get("waited_on") or []:
@@ -170,11 +178,12 @@ def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) ->
 
     out = []
     for f in tp_across_nodes(report):
-        got = budget.claim([k for k in list(budget.left) if k[0] == f["category"] and k[1] == f["role"]])
+        keys = [k for k in list(budget.left) if k[0] == f["category"] and k[1] == f["role"]]
+        if f.get("rank") is None:  # the rank holding most of the share
+            f["rank"] = max(keys, key=lambda k: budget.left[k])[2] if keys else crit  # type: ignore[typeddict-unknown-key]
+        got = budget.claim(keys)
         f["impact_us_per_step"] = got
         f["impact_pct"] = 100.0 * got / step if step else None
-        if f.get("rank") is None:
-            f["rank"] = crit  # type: ignore[typeddict-unknown-key]
         if f.get("predicted_saving_us") is not None:
             f["predicted_saving_us"] = min(float(f["predicted_saving_us"]), got)  # type: ignore[typeddict-unknown-key]
         out.append(f)
@@ -312,11 +321,16 @@ def ledger_findings(report: Report) -> list[Finding]:
     out += _layout_findings(report, budget, step, crit)
     out += _nccl_findings(report, led, budget, step)
     out += _sm_efficiency(report, budget, step, crit)
-    for (category, role, rank), _us in sorted(shares.items(), key=lambda kv: -kv[1]):
-        if rank == crit and category in RECOVERABLE:
-            left = budget.claim([(category, role, rank)])
-            if left > 0:
-                out.append(_category_finding(report, category, role, rank, left, step))
+    groups: dict[tuple[str, str | None], list[tuple[str, str | None, int]]] = defaultdict(list)
+    for key in shares:
+        category, role, rank = key
+        if category in RECOVERABLE and (rank == crit or category in COMM_CATEGORIES):
+            groups[(category, role)].append(key)
+    for (category, role), keys in groups.items():
+        rank = max(keys, key=lambda k: budget.left.get(k, 0.0))[2]
+        left = budget.claim(keys)
+        if left > 0:
+            out.append(_category_finding(report, category, role, rank, left, step))
     out.sort(key=lambda f: -f["impact_us_per_step"])
     return out + _slow_steps(report, step)
 

@@ -135,18 +135,23 @@ def test_job_ledger_matches_truth(case: dict[str, Any]) -> None:
 
 
 def _recoverable_shares(truth: dict[str, Any]) -> dict[tuple[str, str | None, int], float]:
-    """Truth's recoverable shares, grouped as the findings group them: time on a late rank (a
-    straggler: comm_wait, its rank); a critical rank that is itself the straggler (its step cost,
-    out of its compute); else (category, role) on the critical rank."""
+    """Truth's recoverable shares, grouped as the findings group them: a late rank's own work on the
+    critical path (a straggler: comm_wait, its rank); a critical rank that is itself the straggler
+    (its step cost, out of its compute); else (category, role) over the critical rank and the late
+    ranks' communication, at the rank holding most of it."""
     led = truth["ledger"]
     crit = led["critical_rank"]
     shares: dict[tuple[str, str | None, int], float] = defaultdict(float)
     compute = {p["category"]: p["us"] for p in led["parts"] if p["rank"] == crit and p["category"] in USEFUL}
+    comm = ("comm_transfer", "comm_wait", "bubble")
+    groups: dict[tuple[str, str | None], dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for p in led["parts"]:
-        if p["rank"] != crit:
+        if p["rank"] != crit and p["category"] not in comm:
             shares[("comm_wait", None, p["rank"])] += p["us"]
         elif p["category"] not in USEFUL and p["category"] != "idle_other":
-            shares[(p["category"], p["role"], crit)] += p["us"]
+            groups[(p["category"], p["role"])][p["rank"]] += p["us"]
+    for (cat, role), per in groups.items():
+        shares[(cat, role, max(per, key=lambda r: per[r]))] += sum(per.values())
     for st in truth.get("stragglers") or []:
         if st["rank"] == crit and compute:
             cat = max(compute, key=lambda c: compute[c])
