@@ -3,8 +3,8 @@
 * **tp_across_nodes** — a tensor-parallel group whose ranks sit on more than one node: its
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
   ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
-  the *cause* of that share (the critical rank's own; time attributed to a late peer is the
-  straggler's), so it replaces the generic exposed-TP-communication finding rather
+  the *cause* of that share (computed here on the critical rank's own; the ledger findings then
+  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it replaces the generic exposed-TP-communication finding rather
   than adding to it; the predicted saving (:func:`traceread.reports.explain.advice`) is the share
   times (1 − measured busbw ÷ NVLink peak).
 """

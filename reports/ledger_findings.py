@@ -182,10 +182,12 @@ def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) ->
         if f.get("rank") is None:  # the rank holding most of the share
             f["rank"] = max(keys, key=lambda k: budget.left[k])[2] if keys else crit  # type: ignore[typeddict-unknown-key]
         got = budget.claim(keys)
+        if f.get("predicted_saving_us") is not None and f["impact_us_per_step"] > 0:
+            # the cost model's saving is proportional to the share it was computed for
+            scaled = float(f["predicted_saving_us"]) * got / float(f["impact_us_per_step"])
+            f["predicted_saving_us"] = min(scaled, got)  # type: ignore[typeddict-unknown-key]
         f["impact_us_per_step"] = got
         f["impact_pct"] = 100.0 * got / step if step else None
-        if f.get("predicted_saving_us") is not None:
-            f["predicted_saving_us"] = min(float(f["predicted_saving_us"]), got)  # type: ignore[typeddict-unknown-key]
         out.append(f)
     return out
 
