@@ -166,7 +166,7 @@ def _critical_straggler(report: Report, led: dict[str, Any], budget: _Budget, st
 def _peer_mix(led: dict[str, Any], peer: int) -> list[tuple[str, float]]:
     mix: dict[str, float] = defaultdict(float)
     for p in led.get("parts") or []:
-        if int(p["rank"]) == peer:
+        if int(p["rank"]) == peer and p["category"] not in COMM_CATEGORIES:  # its comm is its role's finding
             mix[p["category"]] += float(p["us"])
     return sorted(mix.items(), key=lambda kv: -kv[1])
 
