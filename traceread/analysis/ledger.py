@@ -50,13 +50,13 @@ USEFUL: frozenset[str] = frozenset({"compute_bound", "compute_other"})
 
 #: One rank's segment table (times: whole ns after ``base_us``, the rank's trace clock).
 SEGMENT_SCHEMA: dict[str, pl.DataType] = {
-    "step": pl.Int64,
+    "step": pl.Int32,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "category": pl.Enum(CATEGORIES),  # one byte per row
     "pg": pl.Utf8,  # communication segments: process group of the kernel that started first
     "kts_ns": pl.Int64,  # communication segments: that kernel's start and stream (to find its collective)
-    "stream": pl.Int64,
+    "stream": pl.Int32,
     "base_us": pl.Float64,  # the rank's ns origin (same on every row)
 }
 
