@@ -97,60 +97,77 @@ def _arrivals(matched: Any, offsets: dict[int, float]) -> pl.DataFrame:
 def _p2p_steps(extracts: list[pl.DataFrame], role_of: RoleOf) -> set[tuple[int, int]]:
     """(rank, step) pairs in which the rank ran send/recv in a pp-role group."""
     out: set[tuple[int, int]] = set()
-    for ex in extracts:
-        sub = ex.filter(pl.col("op").is_in(["send", "recv", "sendrecv"]))
-        for r, s, pg in sub.select("rank", "step", "pg").unique().iter_rows():
-            if role_of(pg) == "pp" and s is not None:
-                out.add((int(r), int(s)))
+    frames = [ex.select("rank", "step", "pg", "op") for ex in extracts if ex.height]
+    if not frames:
+        return out
+    sub = pl.concat(frames, how="vertical_relaxed").filter(pl.col("op").is_in(["send", "recv", "sendrecv"]))
+    for r, s, pg in sub.select("rank", "step", "pg").unique().iter_rows():
+        if role_of(pg) == "pp" and s is not None:
+            out.add((int(r), int(s)))
     return out
+
+
+def _last_arrivals(rank: int, segs: pl.DataFrame, base: float, offset_us: float,
+                   arrivals: pl.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment: the last member's arrival (this rank's ns) and who it was (-1: not matched).
+
+    A segment's collective is found by its kernel's start and stream (a stage's send and receive of
+    one 1F1B slot start together on different streams)."""
+    n = segs.height
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    peer = np.full(n, -1, dtype=np.int64)
+    if arrivals is None or arrivals.height == 0:
+        return last, peer
+    mine = arrivals  # this rank's rows (build partitions them once)
+    if mine.height == 0:
+        return last, peer
+    k = np.round((mine["ts"].to_numpy() - base) * 1000.0).astype(np.int64)
+    a = mine["peer_ts"].to_numpy() - mine["peer_o"].to_numpy() + offset_us  # on this rank's clock
+    right = pl.DataFrame({"kts_ns": k, "stream": mine["stream"].cast(pl.Int64),
+                          "_last": np.round((a - base) * 1000.0).astype(np.int64), "_peer": mine["peer"]})
+    left = segs.select(pl.int_range(n, dtype=pl.Int64).alias("_i"), "kts_ns", pl.col("stream").cast(pl.Int64))
+    hit = left.join(right.unique(subset=["kts_ns", "stream"], keep="last"), on=["kts_ns", "stream"], how="inner")
+    idx = hit["_i"].to_numpy()
+    last[idx] = hit["_last"].to_numpy()
+    peer[idx] = hit["_peer"].to_numpy()
+    return last, peer
 
 
 def finalise_rank(rank: int, segs: pl.DataFrame, offset_us: float, arrivals: pl.DataFrame | None,
                   role_of: RoleOf, pp_steps: set[tuple[int, int]]) -> RankSegs:
-    """Split this rank's communication segments into wait and transfer, assign roles and bubbles."""
+    """Split this rank's communication segments into wait and transfer, assign roles and bubbles
+    (vectorised: each segment gives its wait piece, if any, and the rest). ``arrivals``: this
+    rank's rows of :func:`_arrivals`."""
     base = float(segs["base_us"][0])
     step = segs["step"].to_numpy().astype(np.int64)
     start = segs["start_ns"].to_numpy().astype(np.int64)
     end = segs["end_ns"].to_numpy().astype(np.int64)
-    cats = segs["category"].to_list()
+    cats = np.array(segs["category"].cast(pl.Utf8).to_list(), dtype=object)
     pgs = segs["pg"].to_list()
-    kernel = list(zip(segs["kts_ns"].to_list(), segs["stream"].to_list()))
-    # (kernel start ns, stream) -> (last arrival on this rank's ns, late peer); the stream tells
-    # apart kernels starting together (a stage's send and receive of one 1F1B slot)
-    last: dict[tuple[int, int | None], tuple[int, int]] = {}
-    if arrivals is not None and arrivals.height:
-        mine = arrivals.filter(pl.col("rank") == rank)
-        for ts, stream, peer, pts, po in mine.select("ts", "stream", "peer", "peer_ts", "peer_o").iter_rows():
-            k = int(round((ts - base) * 1000.0))
-            a = pts - po + offset_us  # the peer's arrival on this rank's clock
-            last[(k, stream)] = (int(round((a - base) * 1000.0)), int(peer))
-    out_s, out_e, out_step, out_cat, out_role, out_peer = [], [], [], [], [], []
-
-    def put(s: int, e: int, k: int, c: str, role: str | None, peer: int = -1) -> None:
-        if e > s:
-            out_s.append(s), out_e.append(e), out_step.append(k), out_cat.append(c)
-            out_role.append(role), out_peer.append(peer)
-
-    for i in range(len(cats)):
-        s, e, k, c = int(start[i]), int(end[i]), int(step[i]), cats[i]
-        if c == "comm_transfer":
-            role = role_of(pgs[i])
-            got = last.get(kernel[i]) if kernel[i][0] is not None else None
-            if got is not None and got[1] != rank and got[0] > s:
-                cut = min(got[0], e)
-                if role == "pp":
-                    put(s, cut, k, "bubble", "pp")
-                else:
-                    put(s, cut, k, "comm_wait", role, got[1])
-                put(cut, e, k, "comm_transfer", role)
-            else:
-                put(s, e, k, "comm_transfer", role)
-        elif c == "dependency" and (rank, k) in pp_steps:
-            put(s, e, k, "bubble", "pp")
-        else:
-            put(s, e, k, c, None)
-    return RankSegs(rank, base, offset_us, np.array(out_step, np.int64), np.array(out_s, np.int64),
-                    np.array(out_e, np.int64), out_cat, out_role, np.array(out_peer, np.int64))
+    roles_of = {pg: role_of(pg) for pg in set(pgs) if pg is not None}
+    is_comm = cats == "comm_transfer"
+    role = np.array([roles_of.get(pg) if c else None for pg, c in zip(pgs, is_comm.tolist())], dtype=object)
+    last, peer = _last_arrivals(rank, segs, base, offset_us, arrivals)
+    wait = is_comm & (peer >= 0) & (peer != rank) & (last > start)
+    cut = np.where(wait, np.minimum(last, end), start)
+    pp = role == "pp"
+    # the wait piece [start, cut): comm_wait of the role with its late peer, or bubble on pp
+    w_cat = np.where(pp, "bubble", "comm_wait")[wait]
+    w_peer = np.where(pp, -1, peer)[wait]
+    # the rest [cut, end): comm_transfer, a pp stage's launched-but-waiting idle as bubble, or as is
+    in_pp_step = np.array([(rank, k) in pp_steps for k in step.tolist()], dtype=bool) if pp_steps else \
+        np.zeros(step.size, dtype=bool)
+    dep_bubble = (cats == "dependency") & in_pp_step
+    r_cat = np.where(dep_bubble, "bubble", cats)
+    r_role = np.where(dep_bubble, "pp", role)
+    keep = end > cut
+    s_all = np.concatenate([start[wait], cut[keep]])
+    order = np.argsort(s_all, kind="stable")
+    cat_all = np.concatenate([w_cat, r_cat[keep]])[order]
+    role_all = np.concatenate([role[wait], r_role[keep]])[order]
+    return RankSegs(rank, base, offset_us, np.concatenate([step[wait], step[keep]])[order], s_all[order],
+                    np.concatenate([cut[wait], end[keep]])[order], cat_all.tolist(), role_all.tolist(),
+                    np.concatenate([w_peer, np.full(int(keep.sum()), -1, np.int64)])[order])
 
 
 def _expand(ranks: dict[int, RankSegs], r: int, t0: int, t1: int, depth: int,
@@ -225,11 +242,13 @@ def build(segments: dict[int, pl.DataFrame], extracts: list[pl.DataFrame], match
     role_of = role_of or fallback_roles(extracts)
     offsets = dict(getattr(clock, "offsets_us", None) or {})
     arrivals = _arrivals(matched, offsets) if matched is not None and matched.events.height else None
+    by_rank = ({int(k[0]): v for k, v in arrivals.partition_by("rank", as_dict=True).items()}
+               if arrivals is not None else {})
     pp_steps = _p2p_steps(extracts, role_of)
     out = JobLedger()
     for r, segs in sorted(segments.items()):
         if segs is not None and segs.height:
-            out.ranks[r] = finalise_rank(r, segs, float(offsets.get(r, 0.0)), arrivals, role_of, pp_steps)
+            out.ranks[r] = finalise_rank(r, segs, float(offsets.get(r, 0.0)), by_rank.get(r), role_of, pp_steps)
     if not out.ranks:
         return out
     durs = {r: _durations(rs) for r, rs in out.ranks.items()}
