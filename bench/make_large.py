@@ -1,47 +1,65 @@
-"""Build a large 8-rank trace folder for the reader benchmark from a real 8-rank job.
+"""Build large trace folders for the reader benchmarks by tiling real traces.
 
-Each rank's own real trace (``../shared/traces/param_dlrm_8rank/worker{r}_*.json``, one DLRM
-step on 8 V100s) is tiled: copy k of every event is shifted by k step-spans in time, its
+Each rank's real trace is tiled: copy k of every event is shifted by k step-spans in time, its
 ``ProfilerStep#N`` renumbered, and its correlation / External id / flow ids offset so they stay
-unique. The result looks like a long profiling window of the same job: same kernels, same
-collectives, same per-rank skew. Output: ``bench/data/large8/rank{r}.pt.trace.json.gz``.
+unique. The result looks like a long profiling window of the same job. The output is written
+tile by tile into the gzip stream (never the whole document in memory), so a 5 GB rank can be
+built on a small machine.
 
-    python bench/make_large.py [--mb 45] [--out bench/data/large8]
+Sets (``--set``):
+
+* ``dlrm8`` (default): the real 8-rank DLRM job (``param_dlrm_8rank``, 8x V100), each rank's own
+  trace tiled to ``--mb`` (45) MB -> ``bench/data/large8/rank{r}.pt.trace.json.gz``.
+* ``a100``: one real A100 rank with many CPU ops (``hta_nccl_parser_config/nccl_data.json.gz``:
+  14k cpu_ops, 2.7k kernels per 9.8 MB) tiled to ``--mb`` MB for each of ``--ranks`` ranks
+  (``distributedInfo`` rank/world size rewritten) -> ``bench/data/a100_{ranks}x{mb}``.
+
+    python bench/make_large.py                                   # (a) 8 x 44 MiB DLRM
+    python bench/make_large.py --set a100 --ranks 8 --mb 31      # (b) 8 x 31 MB
+    python bench/make_large.py --set a100 --ranks 1 --mb 1000    # (b) 1 x 1 GB
+    python bench/make_large.py --set a100 --ranks 1 --mb 5000    # (c) 1 x 5 GB
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import gzip
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
+
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO.parent / "shared" / "traces" / "param_dlrm_8rank"
-ID_STRIDE = 10_000_000  # larger than any id in the source, so tiles never collide
+TRACES = REPO.parent / "shared" / "traces"
+DLRM = "param_dlrm_8rank"
+A100 = "hta_nccl_parser_config/nccl_data.json.gz"
+ID_STRIDE = 10_000_000  # larger than any id in the sources, so tiles never collide
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def tile(doc: dict, copies: int) -> dict:
-    """``copies`` back-to-back repetitions of the trace's events, with fresh ids and steps."""
-    events = doc["traceEvents"]
+def _load(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+
+
+def tiles(events: list[dict], copies: int) -> Iterator[list[dict]]:
+    """``copies`` back-to-back repetitions of the events (metadata once), fresh ids and steps."""
     timed = [e for e in events if e.get("ph") in ("X", "s", "f", "i") and "ts" in e]
     t0 = min(e["ts"] for e in timed)
     t1 = max(e["ts"] + e.get("dur", 0) for e in timed)
     span = (t1 - t0) + 100  # 100 µs gap between tiles
-    out = [e for e in events if e.get("ph") == "M"]
+    yield [e for e in events if e.get("ph") == "M"]
+    body = [e for e in events if e.get("ph") != "M"]
     for k in range(copies):
-        shift = k * span
-        off = k * ID_STRIDE
-        for e in events:
-            if e.get("ph") == "M":
-                continue
-            c = copy.copy(e)
+        shift, off = k * span, k * ID_STRIDE
+        out = []
+        for e in body:
+            c = dict(e)
             if "ts" in c:
                 c["ts"] = c["ts"] + shift
-            if "id" in c and isinstance(c["id"], int):
+            if isinstance(c.get("id"), int):
                 c["id"] = c["id"] + off
             args = c.get("args")
             if args:
@@ -54,27 +72,68 @@ def tile(doc: dict, copies: int) -> dict:
             if m:
                 c["name"] = f"ProfilerStep#{int(m.group(1)) + k}"
             out.append(c)
-    result = dict(doc)
-    result["traceEvents"] = out
-    return result
+        yield out
+
+
+def write_tiled(doc: dict, mb: float, dest: Path) -> tuple[int, int]:
+    """Write ``doc`` with its events tiled to ~``mb`` MB of JSON; returns (copies, bytes)."""
+    events = doc["traceEvents"]
+    one = len(orjson.dumps(events))
+    copies = max(1, round(mb * 1e6 / one))
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    keys = list(head)
+    # Kineto's order: metadata, then the events, then traceName & co.
+    before = {k: head[k] for k in keys[: max(1, len(keys) - 2)]}
+    after = {k: head[k] for k in keys if k not in before}
+    written = 0
+    with gzip.open(dest, "wb", compresslevel=1) as fh:
+
+        def put(b: bytes) -> None:
+            nonlocal written
+            fh.write(b)
+            written += len(b)
+
+        put(orjson.dumps(before)[:-1] + b',\n"traceEvents": [\n')
+        first = True
+        for tile in tiles(events, copies):
+            if not tile:
+                continue
+            text = orjson.dumps(tile)[1:-1].replace(b"},{", b"},\n  {")
+            put((b"" if first else b",\n  ") + text)
+            first = False
+        put(b"\n]," + orjson.dumps(after)[1:] if after else b"\n]}")
+    return copies, written
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=float, default=45.0, help="uncompressed MB per rank (>= 40)")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "data" / "large8")
+    ap.add_argument("--set", choices=("dlrm8", "a100"), default="dlrm8")
+    ap.add_argument("--mb", type=float, default=None, help="uncompressed MB per rank")
+    ap.add_argument("--ranks", type=int, default=8, help="a100 set: number of ranks")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--traces", type=Path, default=TRACES, help="the shared traces folder")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    for src in sorted(SOURCE.glob("worker*.json")):
-        doc = json.loads(src.read_text())
+    if not args.traces.is_dir():
+        raise SystemExit(f"{args.traces}: no such folder (pass --traces)")
+    if args.set == "dlrm8":
+        mb = args.mb or 45.0
+        out = args.out or REPO / "bench" / "data" / "large8"
+        docs = [(None, _load(src)) for src in sorted((args.traces / DLRM).glob("worker*.json"))]
+    else:
+        mb = args.mb or 31.0
+        out = args.out or REPO / "bench" / "data" / f"a100_{args.ranks}x{mb:g}"
+        docs = []
+        for r in range(args.ranks):
+            doc = _load(args.traces / A100)
+            doc["distributedInfo"] = {**doc["distributedInfo"], "rank": r,
+                                      "world_size": args.ranks}
+            docs.append((r, doc))
+    out.mkdir(parents=True, exist_ok=True)
+    for _, doc in docs:
         rank = doc["distributedInfo"]["rank"]
-        one = len(json.dumps(doc).encode())
-        copies = max(1, int(args.mb * 1e6 / one) + 1)
-        text = json.dumps(tile(doc, copies)).encode()
-        dest = args.out / f"rank{rank}.pt.trace.json.gz"
-        with gzip.open(dest, "wb", compresslevel=3) as fh:
-            fh.write(text)
-        print(f"{dest}: {copies} steps, {len(text) / 1e6:.1f} MB uncompressed")
+        dest = out / f"rank{rank}.pt.trace.json.gz"
+        copies, n = write_tiled(doc, mb, dest)
+        print(f"{dest}: {copies} steps, {n / 1e6:.1f} MB uncompressed")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collectors.env import collect_env
-from traceread.collectors.runinfo import build_run_json, iso, merge_host_runs, write_json
+from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
+from traceread.collectors.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collectors.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
+from traceread.reports.sanitize import clean_lines
 
 SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors")
 EXIT_HANG_KILLED = 124  # --on-hang kill, when the killed command itself exited 0
@@ -37,10 +39,12 @@ class CollectOptions:
 
     run_dir: Path
     command: list[str]
-    wait: int = 1
-    warmup: int = 1
-    active: int = 2
+    wait: int = DEFAULT_WAIT
+    warmup: int = DEFAULT_WARMUP
+    active: int = DEFAULT_ACTIVE
     repeat: int = 1
+    every: int = 0  # periodic profiling: one cycle every N steps (0: off; see docs/cycles.md)
+    max_cycles: int = 10  # traces kept per rank: the first cycle and the latest ones
     ranks: str = "all"
     record_shapes: bool = True
     with_stack: bool = False
@@ -63,6 +67,7 @@ class CollectOptions:
 
     def profiler_config(self) -> dict[str, Any]:
         return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
+                "every": self.every, "max_cycles": self.max_cycles,
                 "ranks": self.ranks, "record_shapes": self.record_shapes, "with_stack": self.with_stack,
                 "profile_memory": self.profile_memory, "profile": self.profile}
 
@@ -104,6 +109,7 @@ class _Tee:
 
     def __init__(self, log_path: Path, echo: bool) -> None:
         self.log = open(log_path, "ab", buffering=0)
+        self.log_failed = False
         self.lock = threading.Lock()
         self.echo = echo
         self.threads: list[threading.Thread] = []
@@ -113,9 +119,7 @@ class _Tee:
             # signals for the launcher must reach its main thread, which forwards them
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1})
             for line in iter(src.readline, b""):
-                with self.lock:
-                    if not self.log.closed:
-                        self.log.write(line)
+                self._log(line)
                 if self.echo:
                     try:
                         dst.write(line)
@@ -130,15 +134,24 @@ class _Tee:
 
     def note(self, text: str) -> None:
         """A launcher message: on stderr and in the log, prefixed so it is told apart from the job."""
-        line = f"[traceread] {text}\n".encode()
-        with self.lock:
-            if not self.log.closed:
-                self.log.write(line)
+        line = f"[traceread] {clean_lines(text)}\n".encode()
+        self._log(line)
         try:
             sys.stderr.buffer.write(line)
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
+
+    def _log(self, line: bytes) -> None:
+        """Copy to launcher.log; a run folder that became unwritable (full disk, read-only remount)
+        stops the copy, never the pump: a pump that died would stop draining the job's pipe and hang it."""
+        with self.lock:
+            if self.log.closed or self.log_failed:
+                return
+            try:
+                self.log.write(line)
+            except OSError:
+                self.log_failed = True
 
     def close(self, timeout: float = 5.0) -> None:
         for t in self.threads:
@@ -224,6 +237,7 @@ def run_collect(opts: CollectOptions) -> int:
     hang: dict[str, Any] | None = None
     dumps: list[dict[str, Any]] = []
     killed_for_hang = False
+    watchdog_broken = False
     try:
         while proc.poll() is None:
             try:
@@ -231,36 +245,50 @@ def run_collect(opts: CollectOptions) -> int:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if dump_requested.is_set():
-                dump_requested.clear()
-                tee.note("SIGUSR1 received: asking every rank for stacks + Flight Recorder")
-                dump = dog.dump_all("SIGUSR1")
-                dumps.append({k: v for k, v in dump.items() if k != "acks"})
-                tee.note(f"dump answered by ranks {dump['answered_ranks']}")
-            if dog.poll():
-                stalled = dog.stall_s(time.monotonic()) or 0.0
-                tee.note(f"HANG: no optimizer step for {stalled:.1f} s (timeout {dog.effective_timeout_s():.1f} s); "
-                         f"last steps {dict((r, p.step) for r, p in sorted(dog.progress.items()))}; dumping")
-                dump = dog.dump_all("hang")
-                hang = dog.hang_record(opts.on_hang, dump)
-                dog.write_hang(hang)
-                dumps.append({k: v for k, v in dump.items() if k != "acks"})
-                tee.note(f"stacks + Flight Recorder answered by ranks {dump['answered_ranks']} "
-                         f"(no answer: {dump['unanswered_ranks']}); see {host_dir / 'hang.json'}")
-                if opts.on_hang == "kill":
-                    tee.note("--on-hang kill: terminating the job")
-                    killed_for_hang = True
-                    _terminate(proc, opts.kill_grace_s, [int(i["pid"]) for i in dog.local_ranks().values()])
-                    break
+            if watchdog_broken:
+                continue
+            try:
+                if dump_requested.is_set():
+                    dump_requested.clear()
+                    tee.note("SIGUSR1 received: asking every rank for stacks + Flight Recorder")
+                    dump = dog.dump_all("SIGUSR1")
+                    dumps.append({k: v for k, v in dump.items() if k != "acks"})
+                    tee.note(f"dump answered by ranks {dump['answered_ranks']}")
+                if dog.poll():
+                    stalled = dog.stall_s(time.monotonic()) or 0.0
+                    tee.note(f"HANG: no optimizer step for {stalled:.1f} s (timeout {dog.effective_timeout_s():.1f} s); "
+                             f"last steps {dict((r, p.step) for r, p in sorted(dog.progress.items()))}; dumping")
+                    dump = dog.dump_all("hang")
+                    hang = dog.hang_record(opts.on_hang, dump)
+                    dog.write_hang(hang)
+                    dumps.append({k: v for k, v in dump.items() if k != "acks"})
+                    tee.note(f"stacks + Flight Recorder answered by ranks {dump['answered_ranks']} "
+                             f"(no answer: {dump['unanswered_ranks']}); see {host_dir / 'hang.json'}")
+                    if opts.on_hang == "kill":
+                        tee.note("--on-hang kill: terminating the job")
+                        killed_for_hang = True
+                        _terminate(proc, opts.kill_grace_s, [int(i["pid"]) for i in dog.local_ranks().values()])
+                        break
+            except OSError as exc:  # the run folder became unwritable: keep the job running, stop watching
+                watchdog_broken = True
+                tee.note(f"watchdog stopped, cannot write in {host_dir}: {exc}")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     returncode = proc.wait()
+    if opts.profile and opts.inject and not any((host_dir / "traces").glob("rank*.pt.trace.json*")):
+        steps = [int(i["steps"]) for i in read_ranks(host_dir).values() if isinstance(i.get("steps"), int)]
+        note = too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
+        if note:
+            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
         code = EXIT_HANG_KILLED
-    _finalize(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
+    try:
+        _finalize(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
+    except OSError as exc:  # the run folder became unwritable: the job's exit code still wins
+        sys.stderr.write(f"[traceread] {clean_lines(str(exc))}: run.json not written\n")
     return code
 
 

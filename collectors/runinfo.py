@@ -92,6 +92,37 @@ def clock_offsets(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "note": SAME_HOST_CLOCK, "offsets_us": offsets, "uncertainty_us": unc, "measured": measured}
 
 
+def cycle_listing(ranks: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's profiling cycles from the ranks' own ``cycles`` entries (docs/cycles.md).
+
+    Per cycle: its number, the profiler steps it recorded ``[first, last]``, the wall-clock start
+    (earliest rank's first recorded step) and end (latest rank's export), the ranks whose trace
+    is on disk, and the ranks whose trace was removed by ``--max-cycles``.
+    """
+    by_cycle: dict[int, dict[str, Any]] = {}
+    for r, info in sorted(ranks.items()):
+        for c in info.get("cycles") or []:
+            if not isinstance(c, dict) or not isinstance(c.get("cycle"), int):
+                continue
+            row = by_cycle.setdefault(c["cycle"], {"cycle": c["cycle"], "steps": c.get("steps"), "start_ns": None,
+                                                   "end_ns": None, "ranks": [], "dropped_ranks": [], "traces": {}})
+            for key, pick in (("start_ns", min), ("end_ns", max)):
+                if isinstance(c.get(key), int):
+                    row[key] = c[key] if row[key] is None else pick(row[key], c[key])
+            if c.get("trace"):
+                row["ranks"].append(r)
+                row["traces"][str(r)] = c["trace"]
+            elif c.get("dropped"):
+                row["dropped_ranks"].append(r)
+    out = []
+    for _, row in sorted(by_cycle.items()):
+        row["start_time"] = iso(row["start_ns"]) if row["start_ns"] else None
+        row["end_time"] = iso(row["end_ns"]) if row["end_ns"] else None
+        row["kept"] = bool(row["ranks"])
+        out.append(row)
+    return out
+
+
 def build_run_json(host_dir: Path, base: dict[str, Any]) -> dict[str, Any]:
     """``base`` (command, exit code, times, options...) plus the merged rank files of this host."""
     ranks = read_ranks(host_dir)
@@ -105,6 +136,7 @@ def build_run_json(host_dir: Path, base: dict[str, Any]) -> dict[str, Any]:
     doc["torch"] = sorted(versions)[0] if len(versions) == 1 else sorted(versions) or None
     nccl = {i.get("nccl") for i in ranks.values() if i.get("nccl")}
     doc["nccl"] = sorted(nccl)[0] if len(nccl) == 1 else sorted(nccl) or None
+    doc["cycles"] = cycle_listing(ranks)
     return doc
 
 
@@ -132,5 +164,6 @@ def merge_host_runs(run_root: Path) -> dict[str, Any] | None:
     merged["world"] = world_layout(int_ranks)
     merged["ranks"] = {str(r): v for r, v in sorted(int_ranks.items())}
     merged["clock"] = clock_offsets(int_ranks)
+    merged["cycles"] = cycle_listing(int_ranks)
     write_json(run_root / "run.json", merged)
     return merged

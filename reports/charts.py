@@ -77,43 +77,115 @@ def breakdown_figure(report: Report) -> tuple[Figure | None, str | None]:
                                             xaxis={"type": "category"})}, None
 
 
+#: Colours of the step timeline's categories; communication colours go by role / group in order.
+TIMELINE_COLORS = {"compute": "#4C78A8", "memcpy": "#F58518", "idle": "#D8D4D0", "idle / bubble": "#D8D4D0",
+                   "host-bound idle": "#EECA3B"}
+COMM_PALETTE = ("#E45756", "#B279A2", "#9D755D", "#FF9DA6", "#54A24B", "#72B7B2", "#79706E")
+#: Bars narrower than this share of the step are merged with their same-category neighbours (lighter page).
+TIMELINE_RESOLUTION = 1 / 800
+
+
+def timeline_color(category: str, comm_order: list[str]) -> str:
+    """Colour of a timeline category (a function of the row's category column only)."""
+    if category in TIMELINE_COLORS:
+        return TIMELINE_COLORS[category]
+    if category.startswith("comm"):
+        return COMM_PALETTE[comm_order.index(category) % len(COMM_PALETTE)] if category in comm_order else COMM_PALETTE[0]
+    return "#999999"
+
+
+def _coarsen(rows: list[tuple[float, float, str]], gap: float) -> list[tuple[float, float, str]]:
+    """Merge consecutive same-category bars of one lane closer than ``gap`` (rows sorted by start)."""
+    out: list[tuple[float, float, str]] = []
+    for s, e, c in rows:
+        if out and out[-1][2] == c and s - out[-1][1] <= gap and not c.startswith("comm"):
+            out[-1] = (out[-1][0], max(out[-1][1], e), c)
+        else:
+            out.append((s, e, c))
+    return out
+
+
 def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
-    """Steps across ranks on one time axis; each step split into compute/comm/memcpy/idle shares."""
-    lanes = [r for r in pick_lanes(report) if r.get("steps")]
-    if not lanes:
-        return None, "No step windows were found (no ProfilerStep markers and no GPU activity)."
-    t0 = min(s["start_us"] for r in lanes for s in r["steps"])
-    series: dict[str, dict[str, list[Any]]] = {k: {"x": [], "y": [], "base": [], "text": []}
-                                               for k in ("compute", "exposed comm", "exposed memcpy", "idle", "step")}
-    for r in lanes:
-        y = f"r{r['rank']}"
-        for s in r["steps"]:
-            start = (s["start_us"] - t0) / 1000.0
-            dur = s["duration_us"] / 1000.0
-            parts = [("compute", s.get("compute_us")), ("exposed comm", s.get("exposed_comm_us")),
-                     ("exposed memcpy", s.get("exposed_memcpy_us")), ("idle", s.get("idle_us"))]
-            if all(v is None for _, v in parts):
-                parts = [("step", s["duration_us"])]
-            pos = start
-            for name, v in parts:
-                if v is None:
-                    continue
-                w = min(max(float(v) / 1000.0, 0.0), dur)
-                d = series[name]
-                d["x"].append(w)
-                d["y"].append(y)
-                d["base"].append(pos)
-                d["text"].append(f"step {s['step']}")
-                pos += w
-    data = [{"type": "bar", "orientation": "h", "name": k, "x": v["x"], "y": v["y"], "base": v["base"],
-             "text": v["text"], "textposition": "none", "marker": {"color": COLORS.get(k, "#999")},
-             "hovertemplate": "%{y} %{text}: %{x:.2f} ms<extra>" + k + "</extra>"}
-            for k, v in series.items() if v["x"]]
-    note = "" if len(lanes) == len(report.get("ranks") or []) else f" ({len(lanes)} of {len(report['ranks'])} ranks)"
-    return {"data": data, "layout": _layout("Steps across ranks" + note, barmode="overlay",
-                                            height=max(240, 22 * len(lanes) + 120),
-                                            xaxis={"title": {"text": "ms since the first step"}},
-                                            yaxis={"type": "category", "autorange": "reversed"})}, None
+    """The median and the slowest step: every shown rank's GPU streams as bars in real time on the
+    report's clock (one lane per stream, plus one "GPU" lane with the idle and host-bound gaps),
+    coloured by category, with the critical path (last arrival at each collective) across ranks."""
+    tl = report.get("step_timeline")
+    if not tl or not tl.get("steps"):
+        return None, "No GPU intervals: the traces have no GPU activity inside a step."
+    rows = tl["rows"]
+    cats = list(dict.fromkeys(rows["category"]))
+    comm_order = sorted(c for c in cats if c.startswith("comm"))
+    panels = tl["steps"][:2]
+    n = len(panels)
+    data: list[dict[str, Any]] = []
+    layout_axes: dict[str, Any] = {}
+    annotations = []
+    shown: set[str] = set()
+    lane_sets = [sorted({(rows["rank"][j], rows["stream"][j]) for j, st in enumerate(rows["step"]) if st == p["step"]})
+                 for p in panels]
+    total = sum(len(ls) for ls in lane_sets) or 1
+    gap_frac = 0.1 if n > 1 else 0.0
+    top = 1.0
+    for i, p in enumerate(panels):
+        ax = "" if i == 0 else str(i + 1)
+        sel = [j for j, st in enumerate(rows["step"]) if st == p["step"]]
+        lanes = lane_sets[i]
+        idx = {ln: k for k, ln in enumerate(lanes)}
+        gap = float(p["duration_us"]) * TIMELINE_RESOLUTION
+        per_lane: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+        for j in sorted(sel, key=lambda j: rows["start"][j]):
+            per_lane.setdefault((rows["rank"][j], rows["stream"][j]), []).append(
+                (rows["start"][j], rows["end"][j], rows["category"][j]))
+        by_cat: dict[str, dict[str, list[float]]] = {}
+        for ln, items in per_lane.items():
+            for s, e, c in _coarsen(items, gap):
+                d = by_cat.setdefault(c, {"x": [], "base": [], "y": []})
+                d["x"].append(round((e - s) / 1000.0, 3))
+                d["base"].append(round(s / 1000.0, 3))
+                d["y"].append(idx[ln])
+        for c in sorted(by_cat, key=cats.index):
+            d = by_cat[c]
+            data.append({"type": "bar", "orientation": "h", "name": label(c), "legendgroup": label(c),
+                         "showlegend": c not in shown, "x": d["x"], "base": d["base"], "y": d["y"], "width": 0.8,
+                         "xaxis": "x" + ax, "yaxis": "y" + ax, "marker": {"color": timeline_color(c, comm_order),
+                                                                          "line": {"width": 0}},
+                         "hovertemplate": "%{base:.3f} ms + %{x:.3f} ms<extra>" + label(c) + "</extra>"})
+            shown.add(c)
+        crit = [c for c in p.get("critical") or [] if (c["rank"], c["stream"]) in idx]
+        if crit:
+            # one line per process group (None breaks the line): who held up whom, collective by collective
+            xs: list[float | None] = []
+            ys: list[int | None] = []
+            for pg in sorted({c["pg"] for c in crit}):
+                if xs:
+                    xs.append(None)
+                    ys.append(None)
+                for c in (c for c in crit if c["pg"] == pg):
+                    xs.append(round(c["t"] / 1000.0, 3))
+                    ys.append(idx[(c["rank"], c["stream"])])
+            data.append({"type": "scatter", "mode": "lines+markers", "name": "critical path (last arrival)",
+                         "legendgroup": "critical", "showlegend": "critical" not in shown, "x": xs, "y": ys,
+                         "xaxis": "x" + ax, "yaxis": "y" + ax, "line": {"color": "#000", "width": 1},
+                         "marker": {"size": 5, "color": "#000"}, "connectgaps": False,
+                         "hovertemplate": "last arrival at %{x:.3f} ms<extra></extra>"})
+            shown.add("critical")
+        bottom = top - (1.0 - gap_frac * (n - 1)) * len(lanes) / total
+        layout_axes["xaxis" + ax] = {"anchor": "y" + ax, "title": {"text": "ms from the step's first GPU start"},
+                                     "range": [0, float(p["duration_us"]) / 1000.0 * 1.01]}
+        layout_axes["yaxis" + ax] = {"domain": [max(bottom, 0.0), top], "autorange": "reversed",
+                                     "tickvals": list(range(len(lanes))),
+                                     "ticktext": [f"r{r} GPU" if s == -1 else f"r{r} s{s}" for r, s in lanes]}
+        step_ms = float(p.get("step_us") or p["duration_us"]) / 1000.0
+        annotations.append({"text": f"{label(p['label'])} {p['step']}: {step_ms:.2f} ms (slowest rank's step time)",
+                            "xref": "paper", "yref": "paper", "x": 1, "xanchor": "right", "y": top, "yanchor": "bottom",
+                            "showarrow": False, "font": {"size": 13}})
+        top = bottom - gap_frac
+    note = f" ({label(tl['note'])})" if tl.get("note") else ""
+    layout = _layout("Real step timeline on one clock" + note, barmode="overlay", bargap=0.25, annotations=annotations,
+                     height=max(320, 15 * total + 150 * n + 60), **layout_axes, margin={"l": 70, "r": 20, "t": 110, "b": 50},
+                     legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"})
+    layout["title"].update(y=0.995, yanchor="top", yref="container")
+    return {"data": data, "layout": layout}, None
 
 
 def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:

@@ -1,5 +1,10 @@
 """The self-contained HTML report: one file, no network, plotly.js embedded once.
 
+plotly.js is the partial "cartesian" bundle vendored in ``assets/`` (bar, scatter and heatmap are
+the only trace types the charts use; ``scripts/fetch-plotly.sh`` fetches it with ``npm pack``): 1.4
+MiB instead of the full bundle's 4.6, so a report page stays under 1.5 MiB. Without the asset the full
+bundle of the installed plotly package is embedded instead (still offline, just heavier).
+
 Safety: the template is rendered with autoescape, so every trace-derived string (kernel, operator,
 process-group names, stack frames, warnings) is text, never markup. Figure JSON goes into a
 ``<script type="application/json">`` block with ``<``, ``>`` and ``&`` written as ``\\u003c`` etc.,
@@ -25,15 +30,20 @@ from traceread.reports.stats import (
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
+PLOTLY_ASSET = Path(__file__).with_name("assets") / "plotly-cartesian.min.js"
 MAX_TABLE_RANKS = 256  # larger jobs list the slowest ranks; the charts and JSON have all of them
 
 
 @lru_cache(maxsize=1)
 def plotly_js() -> str:
-    """plotly.js from the installed plotly package (offline copy, the same version plotly.py ships)."""
-    from plotly.offline import get_plotlyjs
+    """The vendored partial plotly.js bundle (module docstring); the plotly package's full one without it."""
+    try:
+        js = PLOTLY_ASSET.read_text(encoding="utf-8")
+    except OSError:
+        from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs().replace("</script", "<\\/script")
+        js = get_plotlyjs()
+    return js.replace("</script", "<\\/script")
 
 
 def embed_json(obj: Any) -> str:
@@ -117,9 +127,7 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
                       + (explain.exposed_comm(sorted(exp_vals)[len(exp_vals) // 2], step,
                                               sorted(ov)[len(ov) // 2] if ov else None) + " " if exp_vals else "")
                       + explain.mfu(sorted(mfu_vals)[len(mfu_vals) // 2] if mfu_vals else None, dev)),
-        "timeline": ("Every step of every rank on one clock. Within a step the bar shows the shares of compute, "
-                     "exposed communication, memcpy and idle (their order inside a step is schematic). Steps that "
-                     "start late on one rank point at a straggler; long idle stretches point at the host."),
+        "timeline": _timeline_text(report),
         "heatmap": ("Each cell is how long a rank waited for others in that step. A healthy job is uniformly pale; a "
                     "straggler shows as one pale row (it never waits) while every other row is dark, because they "
                     "all wait for it."),
@@ -148,6 +156,27 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
             for k in text} | {"_figs": {k: f for k, (f, _) in figs.items() if f is not None}}  # type: ignore[dict-item]
 
 
+def _timeline_text(report: Report) -> str:
+    tl = report.get("step_timeline") or {}
+    clock = (report.get("source") or {}).get("clock") or {}
+    eps = clock.get("epsilon_us")
+    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if eps is not None and clock.get("method") not in (None, "none")
+            else "Each rank is on its own trace clock (no clock alignment was possible)")
+    return (f"The median and the slowest step as they really ran: one lane per GPU stream of each rank, and a "
+            f"\"GPU\" lane with the gaps where nothing ran (yellow: the host launched the next work late). {sync}. "
+            "The black line is the critical path: at each collective, the rank that arrived last — everyone else "
+            "waited for it. " + (f"{tl['note']}. " if tl.get("note") else "")
+            + f"For every event of every rank, open the merged trace in Perfetto: {export_command(report)}")
+
+
+def export_command(report: Report) -> str:
+    """The command that writes the merged multi-rank timeline for this report's traces."""
+    import shlex
+
+    paths = " ".join(shlex.quote(p) for p in (report.get("source") or {}).get("paths") or ["RUN"])
+    return f"traceread export {paths} -o timeline.json.gz"
+
+
 def render_html(report: Report, *, title: str | None = None) -> str:
     """The whole page as a string (a few MB: plotly.js is most of it)."""
     sections = _sections(report)
@@ -168,7 +197,14 @@ def render_html(report: Report, *, title: str | None = None) -> str:
         steps=total_steps(report), version=__version__, floor_us=charts.busbw_floor_us,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nccl_items=_nccl_items(report.get("nccl")),
+        drift_html=_drift_html(report),
     )
+
+
+def _drift_html(report: Report) -> Any:
+    from traceread.reports.drift_view import html_section
+
+    return html_section(report)  # type: ignore[arg-type]
 
 
 NCCL_LABELS: dict[str, str] = {

@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from traceread.report_schema import Report
+from traceread.reports.nccl_summary import nccl_lines
+from traceread.reports.sanitize import clean_data, clean_lines
 from traceread.reports.stats import (
     coll_time,
     median_step_us, ms, nbytes, pct, per_step, rank_list, step_us, total_steps,
@@ -180,6 +182,7 @@ def _rank_ledgers(report: Report, console: Console, top: int, ascii_only: bool) 
 def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool = False,
            html_path: str | None = None) -> None:
     """Print the summary on ``console`` (rich markup off for every trace-derived string)."""
+    report = clean_data(report)  # every trace/log/file-name string: no terminal control survives
     bx = box.ASCII2 if ascii_only else box.SIMPLE_HEAD
     console.print(Text("traceread report — " + headline(report), style="bold"))
     text, sugg = answer(report)
@@ -199,8 +202,11 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     ct = _collectives_table(report, top, bx)
     if ct is not None:
         console.print(ct)
-    for line in _other_lines(report, top):
+    for line in _other_lines(report, top) + nccl_lines(report):
         console.print(Text(line))
+    from traceread.reports.drift_view import render_terminal as render_drift
+
+    render_drift(report, console, ascii_only=ascii_only)  # type: ignore[arg-type]
     warnings = report.get("warnings") or []
     if warnings:
         console.print(Text(f"{len(warnings)} warning(s):", style="yellow"))
@@ -209,7 +215,11 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
         if len(warnings) > top:
             console.print(Text(f"  … {len(warnings) - top} more in the JSON/HTML report", style="yellow"))
     if html_path:
-        console.print(Text("HTML report: ", style="bold") + Text(html_path))
+        console.print(Text("HTML report: ", style="bold") + Text(clean_data(html_path)))
+    if len(report.get("ranks") or []) > 1:
+        from traceread.reports.html import export_command
+
+        console.print(Text("Timeline of every rank (Perfetto): ", style="bold") + Text(clean_data(export_command(report))))
 
 
 def render_text(report: Report, *, top: int = 10, width: int = 120, html_path: str | None = None) -> str:
@@ -218,5 +228,5 @@ def render_text(report: Report, *, top: int = 10, width: int = 120, html_path: s
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, no_color=True,
                       highlight=False, emoji=False, soft_wrap=False)
     render(report, console, top=top, ascii_only=True, html_path=html_path)
-    return buf.getvalue()
+    return clean_lines(buf.getvalue())
 

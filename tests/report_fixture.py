@@ -59,6 +59,22 @@ def _rank(rank: int) -> dict[str, Any]:
     }
 
 
+def step_timeline() -> dict[str, Any]:
+    """The ``step_timeline`` extra for two steps of the four ranks; the pg name is markup (must stay text)."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("step", "rank", "stream", "start", "end", "kind", "pg", "category")}
+    for step in (11, 12):
+        for rank in range(N_RANKS):
+            for stream, kind, pg, a, b in ((7, "compute", None, 0.0, 900.0), (13, "comm", EVIL, 900.0 + 50 * rank, 1400.0),
+                                           (-1, "host_bound", None, 1400.0, 1500.0)):
+                cat = {"comm": f"comm pg {EVIL}", "host_bound": "host-bound idle"}.get(kind, kind)
+                for k, v in zip(rows, (step, rank, stream, a, b, kind, pg, cat)):
+                    rows[k].append(v)
+    crit = [{"rank": N_RANKS - 1, "stream": 13, "t": 900.0 + 50 * (N_RANKS - 1), "pg": EVIL}]
+    return {"steps": [{"label": "median step", "step": 11, "duration_us": 1500.0, "step_us": 1500.0, "critical": crit},
+                      {"label": "slowest step", "step": 12, "duration_us": 1500.0, "step_us": 1500.0, "critical": crit}],
+            "ranks": list(range(N_RANKS)), "note": None, "clock": "single-clock", "rows": rows}
+
+
 def full_report() -> dict[str, Any]:
     """The document ``build_report`` would produce for the scenario above (findings left empty)."""
     ranks = [_rank(r) for r in range(N_RANKS)]
@@ -138,6 +154,7 @@ def full_report() -> dict[str, Any]:
             "ranks": list(range(N_RANKS)), "steps": steps,
             "wait_us": [[(0.0 if r == 3 else 8_000.0 + 100.0 * s) for s in range(N_STEPS)] for r in range(N_RANKS)],
         },
+        "step_timeline": step_timeline(),
         "nccl": {
             "version": "2.21.5", "nodes": 2, "ranks": 4,
             "transports": {"P2P/NVLink": 4, "NET/Socket": 2},

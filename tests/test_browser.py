@@ -1,8 +1,8 @@
 """The HTML report in a real headless browser: every chart renders, no console message, no script
 injection, and a screenshot can be taken. Skips (with the reason) when chromium is not installed.
 
-Set ``TRACEREAD_UPDATE_SCREENSHOT=1`` to also write ``docs/img/report.png`` from a simulated
-8-rank DDP run with a straggler (the README's screenshot).
+Set ``TRACEREAD_UPDATE_SCREENSHOT=1`` to also write ``docs/img/report.png`` from the demo sample
+``sample_traces/ddp_straggler_h100`` (the README's screenshot).
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def check_page(page: Path, tmp: Path) -> str:
     return dom
 
 
+def timeline_traces(dom: str) -> int:
+    """Bars drawn in the timeline chart (plotly gives each bar a path in a 'point' group)."""
+    m = re.search(r'id="chart-timeline".*?(?=<div class="chart|</section>)', dom, re.S)
+    assert m is not None
+    return m.group(0).count('class="point"')
+
+
 def test_every_chart_renders_without_console_errors(tmp_path: Path) -> None:
     doc = full_report()
     doc["findings"] = findings.build_findings(doc)
@@ -75,6 +82,25 @@ def test_every_chart_renders_without_console_errors(tmp_path: Path) -> None:
         assert f'id="chart-{key}"' in dom
     assert EVIL not in dom  # the hostile kernel name is text, never a script element
     assert dom.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
+    assert timeline_traces(dom) >= 2 * 4 * 3  # 2 steps x 4 ranks x 3 lanes
+
+
+@pytest.mark.parametrize("sample", ["ddp_straggler_h100", "tp_dp_h100"])
+def test_real_step_timeline_renders(sample: str, tmp_path: Path) -> None:
+    """The real step timeline of a sample: both steps, every rank's streams, the critical path."""
+    from traceread.analyze import ReportOptions, build_report
+
+    folder = REPO / "sample_traces" / sample
+    if not folder.is_dir():
+        pytest.skip(f"sample {sample} not present")
+    doc = build_report([folder], ReportOptions(workers=1))
+    page = tmp_path / "t.html"
+    html.write_html(doc, page)
+    assert page.stat().st_size <= 1.5 * 2**20  # the partial plotly bundle keeps the page light
+    dom = check_page(page, tmp_path)
+    assert timeline_traces(dom) > 100
+    assert "median step" in dom and "slowest step" in dom and "critical path" in dom
+    assert "r7 s" in dom and "r0 GPU" in dom
 
 
 def test_screenshot(tmp_path: Path) -> None:
@@ -90,15 +116,14 @@ def test_screenshot(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not os.environ.get("TRACEREAD_UPDATE_SCREENSHOT"), reason="set TRACEREAD_UPDATE_SCREENSHOT=1")
-def test_update_docs_screenshot(tmp_path: Path) -> None:
+def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it."""
     from traceread.analyze import ReportOptions, build_report
-    from traceread.simulate import simulate
 
-    run = tmp_path / "ddp_straggler"
-    simulate("ddp", run, ranks=8, steps=4, stragglers=[(5, 3000.0, "gpu")])
-    doc = build_report([run], ReportOptions(workers=2, use_cache=False))
+    monkeypatch.chdir(REPO)
+    doc = build_report(["sample_traces/ddp_straggler_h100"], ReportOptions(workers=2, use_cache=False))
     page = tmp_path / "report.html"
-    html.write_html(doc, page, title="traceread report — simulated 8×H100 DDP, rank 5 slow")
+    html.write_html(doc, page, title="traceread report — sample_traces/ddp_straggler_h100 (simulated 8×H100 DDP, rank 5 slow)")
     check_page(page, tmp_path)
     out = REPO / "docs" / "img" / "report.png"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ pytest.importorskip("torch")
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_train.py"
 pytestmark = pytest.mark.slow
+SHORT_WINDOW = ["--wait", "1", "--warmup", "1", "--active", "2"]
 
 
 def free_port() -> int:
@@ -31,7 +32,8 @@ def free_port() -> int:
 def collect(run: Path, job_args: list[str], collect_args: list[str] = (), env: dict[str, str] | None = None,
             timeout: float = 90) -> subprocess.CompletedProcess:
     """``traceread collect -o run [collect_args] -- python -m torch.distributed.run ... ddp_train.py job_args``."""
-    cmd = [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), *collect_args, "--",
+    # The short window of these 6-step jobs (the defaults want 19 steps); a test's own flags come later and win.
+    cmd = [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), *SHORT_WINDOW, *collect_args, "--",
            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "--monitor-interval", "0.5", str(JOB), *job_args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}

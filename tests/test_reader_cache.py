@@ -36,9 +36,9 @@ def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = parse_mod._parse
 
-    def spy(p: Path) -> RankTrace:
+    def spy(p: Path, *args: object) -> RankTrace:
         calls.append(str(p))
-        return real(p)
+        return real(p, *args)
 
     monkeypatch.setattr(parse_mod, "_parse", spy)
     return calls

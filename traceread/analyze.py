@@ -69,6 +69,7 @@ class ReportOptions:
     seq_len: int | None = None
     d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
+    cycle: str | None = None  # profiling cycle to analyse: None/latest, N, RUN:N (reader.cycles)
     top_kernels: int = TOP_KERNELS
 
 
@@ -85,6 +86,7 @@ class RankSummary:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     roofline: dict[str, Any] | None = None
     host_self: pl.DataFrame | None = None  # host_activity.host_self_time: what the host did per step
+    timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     warnings: list[str] = field(default_factory=list)
     ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
 
@@ -275,7 +277,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                     lambda: collectives.comm_events(rt, wtab), None)
     if comm is None:
         comm = pl.DataFrame(schema=collectives.EXTRACT_SCHEMA)
-    from traceread.analysis import host_activity
+    from traceread.analysis import host_activity, step_timeline
 
     host_self = _guarded(f"rank {rt.rank}: host activity", warnings,
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
@@ -291,6 +293,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         kernels=_kernels(rt, windows, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
         warnings=warnings, host_self=host_self, ledger_segments=segments,
+        timeline=_guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
     )
 
 
@@ -415,10 +418,12 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Callable[[str],
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from traceread.reports.sanitize import clean
+
     with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+                  TextColumn("{task.description}", markup=False), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=total)
-        yield lambda d: bar.update(task, advance=1, description=d)
+        yield lambda d: bar.update(task, advance=1, description=clean(d))  # d is a file name
 
 
 #: Ranks already in the parse cache that are summarised in this process instead of in a worker:
@@ -607,6 +612,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     Raises :class:`NothingUsableError` when nothing can be analysed, and
     :class:`traceread.errors.RankConflictError` when the files are not one job.
     """
+    from traceread.analysis.nccl_log import nccl_logs_under, parse_nccl_logs
     from traceread.reader.discover import find
     from traceread.reader.read import explain_failure
 
@@ -617,6 +623,14 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         warnings.append(f"{m}: no such file or folder")
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
     run_dir = _run_dir(paths, found.run_json)
+    nccl_logs = _guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
+    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
+    nccl = _guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
+
+    from traceread.reader import cycles
+
+    chosen = cycles.select(found.files, opts.cycle, warnings)  # several cycles/runs: analyse one
+    found.files = cycles.chosen_files(chosen, found.files)
 
     results = _summarise_all(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
@@ -631,7 +645,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         from traceread.analysis.hang import diagnose_hang
 
         hang = _guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
-    if not summaries and hang is None:
+    if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
         if found.files or found.missing:
@@ -645,14 +659,6 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     hosts, recorded = _hosts(run_info, warnings)
     for e in ranks:
         e["host"] = hosts.get(e["rank"])
-
-    nccl = None
-    if run_dir is not None:
-        from traceread.analysis.nccl_log import find_nccl_logs, parse_nccl_logs
-
-        logs = _guarded("NCCL log search", warnings, lambda: find_nccl_logs(run_dir), [])
-        if logs:
-            nccl = _guarded("NCCL log", warnings, lambda: parse_nccl_logs(logs))
 
     report: Report = {
         "schema": SCHEMA_ID,
@@ -675,7 +681,12 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         detail = next((s.roofline for s in summaries if s.roofline), None)
         report["roofline"] = detail
         _formula_mfu(report, opts, warnings)
+        from traceread.analysis.step_timeline import job_timeline
 
+        report["step_timeline"] = _guarded("step timeline", warnings, lambda: job_timeline(
+            {s.entry["rank"]: s.timeline for s in summaries if s.timeline is not None}, report))
+
+    cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

@@ -13,6 +13,7 @@ import click
 
 from traceread import __version__
 from traceread.errors import EXIT_BAD_INPUT, TraceReadError
+from traceread.reports.sanitize import clean, clean_lines
 
 # name -> (module, attribute, one-line help shown by `traceread --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -21,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
     "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
+    "export": ("traceread.commands.export", "export", "Merge every rank into one Perfetto timeline on one clock, findings marked."),
 }
 
 
@@ -54,6 +56,7 @@ def cli() -> None:
       traceread report runs/exp1 --format json -o report.json
       traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py
       traceread hang runs/exp1
+      traceread export runs/exp1 -o exp1.json.gz     # one timeline for ui.perfetto.dev
     """
 
 
@@ -65,10 +68,11 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        exc.message = clean_lines(exc.message)  # may quote a file name
         exc.show()
         sys.exit(exc.exit_code)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except SystemExit:
         raise

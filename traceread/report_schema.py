@@ -209,3 +209,5 @@ class Report(TypedDict, total=False):
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
     straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
     nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses
+    drift: dict[str, Any]  # only with --cycle all: per-cycle numbers + growth first -> last (analysis.drift)
+    step_timeline: dict[str, Any] | None  # analysis.step_timeline.job_timeline: real GPU intervals of two steps

@@ -12,7 +12,9 @@ What it installs, in a selected rank:
 * a global optimizer-step post hook (``torch.optim.optimizer.register_optimizer_step_post_hook``):
   writes the step count + wall time to ``RUN/progress/rank{R}`` (one ``pwrite`` per step, for the
   launcher's hang watchdog) and drives ``torch.profiler`` with ``prof.step()``; the trace of each
-  finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz``.
+  finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz`` (one cycle) or
+  ``RUN/traces/cycle{C}/rank{R}.pt.trace.json.gz`` (``repeat`` > 1 or ``every``; at most
+  ``max_cycles`` kept: the first and the latest, see docs/cycles.md).
 * ``faulthandler`` on fatal signals and on SIGUSR1 -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
 * a ``sigwait`` thread on SIGUSR2 (blocked in every other thread) that dumps all-thread stacks and the
   Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then writes
@@ -60,6 +62,8 @@ class _State:
         self.profile_selected = False
         self.profile_done = False
         self.cycles = 0
+        self.cycle_log: list[dict[str, Any]] = []  # one entry per finished cycle (info["cycles"])
+        self.step_ns: dict[int, int] = {}  # profiler step number -> wall time it began (active steps only)
         self.torch_ready = False
         self.dist_described = False
         self.hook_handle: Any = None
@@ -673,26 +677,85 @@ def _drive_profiler(state: _State) -> None:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        repeat = int(cfg.get("repeat", 1))
+        wait, warmup, active, repeat = _schedule_numbers(cfg)
+        import warnings
+
+        # torch warns on every later cycle that events are not accumulated: that is what we want (each
+        # cycle is exported on its own), and the warning would land in the job's output
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
         state.prof = profile(
             activities=activities,
-            schedule=schedule(wait=int(cfg.get("wait", 1)), warmup=int(cfg.get("warmup", 1)),
-                              active=int(cfg.get("active", 2)), repeat=repeat),
+            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
             on_trace_ready=lambda prof: _export(state, prof),
             record_shapes=bool(cfg.get("record_shapes", True)),
             with_stack=bool(cfg.get("with_stack", False)),
             profile_memory=bool(cfg.get("profile_memory", False)),
         )
         state.prof.start()
+        state.step_ns[0] = time.time_ns()
         state.info["profiled"] = True
         state.info["profile_start_step"] = state.step
         _log(state, f"profiler started after optimizer step {state.step}: {cfg}")
         return
     state.prof.step()
-    repeat = int(cfg.get("repeat", 1))
+    state.step_ns[int(getattr(state.prof, "step_num", 0))] = time.time_ns()
+    if len(state.step_ns) > 4 * int(cfg.get("active", 2)) + 8:  # bounded: only the recent steps matter
+        for key in sorted(state.step_ns)[: len(state.step_ns) // 2]:
+            del state.step_ns[key]
+    _, _, _, repeat = _schedule_numbers(cfg)
     if repeat > 0 and state.cycles >= repeat:
         _stop_profiler(state)
         state.profile_done = True
+
+
+def _schedule_numbers(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(wait, warmup, active, repeat) for ``torch.profiler.schedule``.
+
+    ``every`` N > 0 is the periodic mode: one cycle every N steps (wait = N - warmup - active) with no
+    limit on cycles (repeat 0; disk use is bounded by ``max_cycles``). Otherwise ``repeat`` cycles."""
+    wait, warmup, active = int(cfg.get("wait", 1)), int(cfg.get("warmup", 1)), int(cfg.get("active", 2))
+    every = int(cfg.get("every", 0) or 0)
+    if every > 0:
+        return max(0, every - warmup - active), warmup, active, 0
+    return wait, warmup, active, int(cfg.get("repeat", 1))
+
+
+def _multi_cycle(cfg: dict[str, Any]) -> bool:
+    """Whether traces go to ``traces/cycle{C}/`` (several cycles) or ``traces/`` (one, as before)."""
+    return int(cfg.get("every", 0) or 0) > 0 or int(cfg.get("repeat", 1)) != 1
+
+
+def _trace_path(state: _State, cycle: int) -> str:
+    name = f"rank{state.rank}.pt.trace.json.gz"
+    if not _multi_cycle(state.config):
+        return state.path("traces", name)
+    folder = state.path("traces", f"cycle{cycle}")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, name)
+
+
+def _drop_old_cycles(state: _State) -> None:
+    """Keep at most ``max_cycles`` traces of this rank: the first cycle and the latest ones.
+
+    The first is kept because drift is measured against it; each rank deletes only its own file
+    (and the cycle folder once it is empty)."""
+    cap = int(state.config.get("max_cycles", 0) or 0)
+    kept = [c for c in state.cycle_log if c.get("trace")]
+    if cap <= 0 or len(kept) <= cap:
+        return
+    for entry in kept[1:len(kept) - cap + 1] if cap > 1 else kept[:len(kept) - cap]:
+        path = state.path(entry["trace"])
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass  # another rank's file is still there
+        entry["trace"] = None
+        entry["dropped"] = True
+        _log(state, f"cycle {entry['cycle']} trace removed (max_cycles={cap})")
 
 
 def _stop_profiler(state: _State) -> None:
@@ -707,21 +770,26 @@ def _stop_profiler(state: _State) -> None:
 
 
 def _export(state: _State, prof: Any) -> None:
-    """on_trace_ready: Kineto JSON -> gzip -> ``os.replace`` into ``traces/rank{R}.pt.trace.json.gz``."""
+    """on_trace_ready: Kineto JSON -> gzip -> ``os.replace`` into this cycle's trace path."""
     state.cycles += 1
     t0 = time.perf_counter()
+    end_ns = time.time_ns()
     tmp_json = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.json")
     tmp_gz = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.gz")
-    final = state.path("traces", f"rank{state.rank}.pt.trace.json.gz")
+    last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
+    steps = list(range(last - int(state.config.get("active", 2)) + 1, last + 1))
+    entry: dict[str, Any] = {"cycle": state.cycles, "steps": [steps[0], steps[-1]] if steps else None,
+                             "start_ns": state.step_ns.get(steps[0]) if steps else None, "end_ns": end_ns,
+                             "trace": None}
     try:
         _fail_point(state, "export")
+        final = _trace_path(state, state.cycles)
         prof.export_chrome_trace(tmp_json)
         with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=4) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp_gz, final)
-        state.info["trace"] = os.path.relpath(final, state.run_dir)
-        last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
-        state.info["profiler_steps"] = list(range(last - int(state.config.get("active", 2)) + 1, last + 1))
+        state.info["trace"] = entry["trace"] = os.path.relpath(final, state.run_dir)
+        state.info["profiler_steps"] = steps
         _log(state, f"trace cycle {state.cycles} written to {state.info['trace']} "
                     f"in {time.perf_counter() - t0:.3f} s")
     except BaseException as exc:
@@ -733,6 +801,12 @@ def _export(state: _State, prof: Any) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+        state.cycle_log.append(entry)
+        try:
+            _drop_old_cycles(state)
+        except BaseException:
+            _log_exc(state, "drop old cycles")
+        state.info["cycles"] = state.cycle_log
         _write_rank_json(state)
 
 

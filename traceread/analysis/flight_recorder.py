@@ -247,6 +247,8 @@ def read_fr_dir(folder: str | Path) -> tuple[dict[int, FRDump], list[str]]:
             per_key[key] = read_fr_dump(f, rank)
         except TraceFileError as exc:
             problems.append(str(exc))
+        except (TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:  # right format, wrong shape
+            problems.append(f"{f}: not a Flight Recorder dump ({type(exc).__name__}: {exc})")
     dumps: dict[int, FRDump] = {}
     for (rank, _tag), dump in sorted(per_key.items(), key=lambda kv: (kv[0][0], kv[0][1] != "")):
         dumps[rank] = merge_dumps(dumps[rank], dump) if rank in dumps else dump

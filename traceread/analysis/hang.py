@@ -154,7 +154,8 @@ def load_sources(run_dir: str | Path) -> HangSources:
 
 
 def _world_from_run(doc: dict[str, Any]) -> int | None:
-    for value in (doc.get("world_size"), (doc.get("world") or {}).get("world_size")):
+    world = doc.get("world")
+    for value in (doc.get("world_size"), world.get("world_size") if isinstance(world, dict) else None):
         if isinstance(value, int) and value > 0:
             return value
     return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 _NCCL_LINE = re.compile(
-    r"(?P<host>[^\s:\[\]<>]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?P<host>[^\s:\[\]<>]{1,255}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<src>\S+:\d+)(?: \((?P<func>[^)]*)\))? )?NCCL (?P<lvl>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)$"
 )
 _MPI_PREFIX = re.compile(r"\[(\d+),(\d+)\]<std(?:out|err)>:")
@@ -55,7 +55,10 @@ _NVLS_COMM = re.compile(r"NVLS comm 0x[0-9a-fA-F]+ headRank")
 _CHANNELS = re.compile(
     r"(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels"
 )
-_INIT_TIMING = re.compile(r"Init timings(?: - \w+)?: rank (\d+) nranks (\d+) total ([\d.]+)")
+# NCCL >= 2.19 (init.cc): "Init timings[ - <func>]: rank R nranks N total T (kernels a, [alloc b,] bootstrap c,
+# allgathers d, topo e, graphs f, connections g, rest h)", all in seconds.
+_INIT_TIMING = re.compile(r"Init timings(?: - \w+)?: rank (\d+) nranks (\d+) total ([\d.]+)(?: \(([^)]*)\))?")
+_PHASE = re.compile(r"(\w+) ([\d.]+)")
 _BOOT_TIMING = re.compile(r"Bootstrap timings total ([\d.]+)")
 _UNWIND = re.compile(r"^(\S+\.(?:cc|cu|h|cpp):\d+) -> (\d+)")
 _BUSBW = re.compile(r"# Avg bus bandwidth\s*:\s*([\d.]+)")
@@ -98,12 +101,20 @@ def _strip_launcher(line: str) -> tuple[str, int | None]:
     return line, rank
 
 
+#: NCCL and c10d lines are short; a longer "line" (a binary file, a dumped tensor) is cut here so the
+#: patterns, which search anywhere in a line, stay linear.
+MAX_LINE_CHARS = 4096
+
+
 def _iter_lines(paths: Iterable[str | Path]) -> Iterable[tuple[str, str]]:
     for p in paths:
         try:
             with open(p, errors="replace") as fh:
-                for line in fh:
-                    yield str(p), line.rstrip("\n")
+                while line := fh.readline(1 << 16):
+                    if len(line) >= 1 << 16 and not line.endswith("\n"):
+                        while (rest := fh.readline(1 << 16)) and not rest.endswith("\n"):
+                            pass  # skip the remainder of an overlong line without holding it
+                    yield str(p), line[:MAX_LINE_CHARS].rstrip("\n")
         except OSError:
             continue
 
@@ -146,6 +157,7 @@ def _empty_summary() -> dict[str, Any]:
         "channels": None,
         "init_time_s": None,
         "init_timings": {},
+        "init_phases": {},
         "warnings": [],
         "errors": [],
         "timeouts": [],
@@ -277,6 +289,8 @@ def parse_nccl_logs(paths: Sequence[str | Path]) -> dict[str, Any]:
                 continue
             if "timings" in msg and (ti := _INIT_TIMING.search(msg)):
                 s["init_timings"][int(ti.group(1))] = float(ti.group(3))
+                if ti.group(4):
+                    s["init_phases"][int(ti.group(1))] = {k: float(v) for k, v in _PHASE.findall(ti.group(4))}
                 continue
             if "timings" in msg and (bt := _BOOT_TIMING.search(msg)):
                 s.setdefault("bootstrap_time_s", float(bt.group(1)))
@@ -308,6 +322,7 @@ def parse_nccl_logs(paths: Sequence[str | Path]) -> dict[str, Any]:
         s["nvls"]["channels"] = s["channels"]["nvls"]
     s["init_time_s"] = max(s["init_timings"].values()) if s["init_timings"] else None
     s["init_timings"] = {str(k): v for k, v in sorted(s["init_timings"].items())}
+    s["init_phases"] = {str(k): v for k, v in sorted(s["init_phases"].items())}
     s["rings"] = {str(k): v for k, v in sorted(s["rings"].items())}
     s["timeouts"] = sorted(timeouts.values(), key=lambda t: (t.get("rank") is None, t.get("rank") or 0))
     s["error_codes"] = dict(unwind_codes)
@@ -509,10 +524,57 @@ def _diagnose(s: dict[str, Any], *, ib_nodev: bool, no_plugin: bool) -> list[dic
                     "message": f"collective #{seq} ({op or 'unknown op'}) on PG {pg if pg is not None else '?'} "
                                f"timed out on ranks {_ranks(sorted(ranks))}; these ranks are victims - the culprit is "
                                "a rank that never joined it (see `traceread hang`)"})
+    slow_init = _slow_init(s)
+    if slow_init:
+        out.append(slow_init)
     if any(m.get("kind") == "flight_recorder_disabled" for m in s["torch_messages"]):
         out.append({"id": "flight_recorder_disabled", "severity": "info",
                     "message": "Flight Recorder was disabled: set TORCH_FR_BUFFER_SIZE=20000 to record collectives"})
     return _dedupe(out)
+
+
+#: Communicator init slower than this is diagnosed (a healthy init of 8-1000 ranks takes ~1-5 s).
+SLOW_INIT_S = 10.0
+#: What each ``Init timings`` phase does in NCCL's init.cc, and what usually makes it slow.
+_PHASE_ADVICE = {
+    "bootstrap": "the TCP rendezvous of all ranks: it waits for the last rank to call init, so a rank that "
+                 "started late (slow imports, container start, data loading before init) or a slow/wrong "
+                 "NCCL_SOCKET_IFNAME interface shows here",
+    "topo": "topology detection (PCI/NVML/NIC discovery under /sys): slow in VMs or containers with a partial "
+            "/sys; an NCCL_TOPO_FILE skips the probing",
+    "graphs": "the ring/tree search over the topology: grows with GPUs and NICs per node; NCCL_GRAPH_FILE "
+              "reuses a saved search",
+    "connections": "connecting every channel to its peers (IB queue pairs, P2P/IPC buffers): grows with "
+                   "channels x peers; NCCL_RUNTIME_CONNECT=1 (default since 2.22) connects lazily, fewer "
+                   "channels (NCCL_MAX_NCHANNELS) connect faster",
+    "allgathers": "bootstrap all-gathers of every rank's peer info over TCP: network latency x ranks",
+    "kernels": "loading NCCL's device kernels (CUDA module load): CUDA_MODULE_LOADING=LAZY helps",
+    "alloc": "device memory allocation for NCCL buffers",
+    "rest": "work NCCL does not attribute to a named phase",
+}
+
+
+def _slow_init(s: dict[str, Any]) -> dict[str, str] | None:
+    """The slowest communicator init when it takes >= SLOW_INIT_S: which phase dominates, on which rank.
+
+    When bootstrap dominates, the rank with the shortest bootstrap is the one the others waited for
+    (it arrived last, so it waited least).
+    """
+    totals = {int(k): v for k, v in s["init_timings"].items()}
+    if not totals or max(totals.values()) < SLOW_INIT_S:
+        return None
+    rank = max(totals, key=lambda r: totals[r])
+    total = totals[rank]
+    phases = s["init_phases"].get(str(rank)) or {}
+    msg = f"communicator init took {total:.1f} s on rank {rank} (nranks {s['nranks'] or '?'})"
+    if phases:
+        phase, secs = max(phases.items(), key=lambda kv: kv[1])
+        msg += f"; {phase} {secs:.1f} s = {100 * secs / total:.0f}% of it: {_PHASE_ADVICE.get(phase, phase)}"
+        boot = {int(r): p["bootstrap"] for r, p in s["init_phases"].items() if "bootstrap" in p}
+        if phase == "bootstrap" and len(boot) > 1:
+            late = min(boot, key=lambda r: boot[r])
+            msg += f". Rank {late} waited least in bootstrap ({boot[late]:.1f} s): the others waited for it"
+    return {"id": "slow_init", "severity": "warning", "message": msg}
 
 
 def _dedupe(items: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -542,3 +604,49 @@ def find_nccl_logs(run_dir: str | Path) -> list[Path]:
         if (d / sub).is_dir():
             out += sorted(p for p in (d / sub).rglob("*.log") if p.is_file())
     return out
+
+
+#: Text that only an NCCL_DEBUG log or a PyTorch c10d NCCL/gloo message contains.
+_LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version", b"Init timings", b"Watchdog caught",
+                b"ProcessGroupNCCL", b"ProcessGroupGloo")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+#: Only the head of a file is sniffed, and only this many files per folder walk (a huge tree of logs
+#: must not turn `report` into a grep of the file system).
+SNIFF_BYTES = 1 << 20
+MAX_LOG_FILES = 2000
+
+
+def looks_like_nccl_log(path: Path) -> bool:
+    """Whether the first MiB of ``path`` holds an NCCL/c10d marker (any launcher prefix, any name)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    return any(m in head for m in _LOG_MARKERS)
+
+
+def nccl_logs_under(paths: Sequence[str | Path], run_dir: str | Path | None = None) -> list[Path]:
+    """NCCL logs the user pointed at: the RUN folder's logs, ``*.log``/``*.txt``/``*.out``/``*.err`` files
+    under the folders given, and any file named explicitly that is not a trace, when their content
+    says NCCL. Lets ``traceread report`` answer from logs alone (a job that died before any trace)."""
+    out: dict[Path, None] = {}
+    if run_dir is not None:
+        out.update(dict.fromkeys(find_nccl_logs(run_dir)))
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file() and not p.name.endswith((".json", ".json.gz", ".json.zst")):
+            if looks_like_nccl_log(p):
+                out.setdefault(p, None)
+        elif p.is_dir():
+            seen = 0
+            for f in sorted(p.rglob("*")):
+                rel = f.relative_to(p).parts
+                if not f.name.endswith(LOG_SUFFIXES) or any(x.startswith(".") for x in rel) or not f.is_file():
+                    continue
+                seen += 1
+                if seen > MAX_LOG_FILES:
+                    break
+                if looks_like_nccl_log(f):
+                    out.setdefault(f, None)
+    return list(out)

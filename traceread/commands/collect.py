@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 from traceread.errors import TraceReadError
 
 
@@ -36,11 +37,21 @@ def _ranks(value: str) -> str:
                                  "help_option_names": ["-h", "--help"]})
 @click.option("-o", "--output", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="RUN folder to write (created; shared folder with several hosts -> RUN/<host>/).")
-@click.option("--wait", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: steps skipped.")
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0), help="Profiler schedule: warm-up steps.")
-@click.option("--active", default=2, show_default=True, type=click.IntRange(1), help="Profiler schedule: recorded steps.")
+@click.option("--wait", default=DEFAULT_WAIT, show_default=True, type=click.IntRange(0),
+              help="Profiler schedule: steps skipped after the first optimizer step (start-up: lazy NCCL init, "
+                   "DDP bucket rebuild, allocator growth, torch.compile/autotuning, optimizer state).")
+@click.option("--warmup", default=DEFAULT_WARMUP, show_default=True, type=click.IntRange(0),
+              help="Profiler schedule: steps traced but discarded (profiler start-up cost).")
+@click.option("--active", default=DEFAULT_ACTIVE, show_default=True, type=click.IntRange(1),
+              help="Profiler schedule: steps recorded (enough for slow-step statistics). The job needs "
+                   "1 + wait + warmup + active optimizer steps for a trace (19 by default).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
-              help="Profiler cycles; each finished cycle replaces traces/rank{R}.pt.trace.json.gz.")
+              help="Profiler cycles; with more than 1, each is kept in traces/cycle{C}/ (see --max-cycles).")
+@click.option("--every", default=0, show_default=True, type=click.IntRange(0), metavar="N",
+              help="Periodic mode for long jobs: record --active steps every N steps, for the whole job "
+                   "(0: off). Traces in traces/cycle{C}/.")
+@click.option("--max-cycles", default=10, show_default=True, type=click.IntRange(1),
+              help="Keep at most this many cycles on disk per rank: the first and the latest.")
 @click.option("--ranks", default="all", show_default=True, help="Ranks to profile: 'all' or e.g. 0,3.")
 @click.option("--record-shapes/--no-record-shapes", default=True, show_default=True)
 @click.option("--with-stack/--no-with-stack", default=False, show_default=True, help="Python stacks per op (slower).")
@@ -66,7 +77,7 @@ def _ranks(value: str) -> str:
               help="Flight Recorder entries (TORCH_FR_BUFFER_SIZE) unless already set.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier run collected in the same folder.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, ranks: str, record_shapes: bool,
+def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, every: int, max_cycles: int, ranks: str, record_shapes: bool,
             with_stack: bool, profile_memory: bool, no_profile: bool, no_inject: bool, hang_timeout: str | None,
             hang_floor: float, hang_factor: float, startup_timeout: float | None, on_hang: str,
             dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, command: tuple[str, ...]) -> None:
@@ -79,8 +90,10 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, ran
     \b
     Examples:
       traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py --lr 3e-4
-      traceread collect -o runs/exp1 --wait 5 --active 3 --ranks 0,7 -- python -m torch.distributed.run ...
+      traceread collect -o runs/exp1 --wait 20 --active 5 --ranks 0,7 -- python -m torch.distributed.run ...
+      traceread collect -o runs/short --wait 0 --warmup 1 --active 3 -- torchrun ... train.py --steps 6
       traceread collect -o runs/hang --hang-timeout 120 --on-hang kill -- torchrun ... train.py
+      traceread collect -o runs/long --every 1000 --max-cycles 6 -- torchrun ... train.py
       srun -N4 traceread collect -o /shared/runs/exp2 -- torchrun --nnodes 4 ... train.py
       kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now
       traceread report runs/exp1 ; traceread hang runs/hang
@@ -94,8 +107,12 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, ran
         raise click.UsageError("give the command to run after --, e.g. traceread collect -o RUN -- torchrun ...")
     if run_dir.exists() and not run_dir.is_dir():
         raise TraceReadError("exists and is not a folder", str(run_dir))
+    if every and every < warmup + active:
+        raise click.BadParameter(f"--every {every} is shorter than --warmup + --active ({warmup + active})",
+                                 param_hint="--every")
     opts = CollectOptions(
         run_dir=run_dir, command=cmd, wait=wait, warmup=warmup, active=active, repeat=repeat, ranks=_ranks(ranks),
+        every=every, max_cycles=max_cycles,
         record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory, profile=not no_profile,
         inject=not no_inject, hang_timeout_s=_timeout(hang_timeout), hang_floor_s=hang_floor,
         hang_factor=hang_factor, startup_timeout_s=startup_timeout, on_hang=on_hang, dump_grace_s=dump_grace,

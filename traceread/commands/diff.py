@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.reports.sanitize import clean
 
 DIFF_SCHEMA = "traceread.diff/1"
 
@@ -70,7 +71,6 @@ def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, An
     return out
 
 
-
 def _finding_key(f: dict[str, Any]) -> str:
     """A finding's identity across two reports: its id, plus the role where several share an id
     (ledger findings: one exposed-communication finding per role, one straggler per rank)."""
@@ -78,6 +78,16 @@ def _finding_key(f: dict[str, Any]) -> str:
     if f["id"] == "straggler" and f.get("rank") is not None:
         parts.append(f"rank{f['rank']}")
     return ":".join(parts)
+
+
+def _side(rep: dict[str, Any]) -> dict[str, Any]:
+    """What one side is: paths, ranks, steps, and the profiling cycle when one was chosen."""
+    src = rep.get("source") or {}
+    out = {"paths": src.get("paths"), "ranks": len(rep.get("ranks") or []), "steps": _steps(rep)}
+    if src.get("cycle"):
+        out["cycle"] = src["cycle"].get("label")
+    return out
+
 
 def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[str, Any]:
     """The comparison document (definitions in the module docstring)."""
@@ -119,8 +129,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
                 for i in sorted(set(fa) | set(fb))]
     return {
         "schema": DIFF_SCHEMA,
-        "a": {"paths": (a.get("source") or {}).get("paths"), "ranks": len(a.get("ranks") or []), "steps": _steps(a)},
-        "b": {"paths": (b.get("source") or {}).get("paths"), "ranks": len(b.get("ranks") or []), "steps": _steps(b)},
+        "a": _side(a), "b": _side(b),
         "step_us": _delta(median_step_us(a), median_step_us(b)),  # type: ignore[arg-type]
         "breakdown": breakdown,
         "operators": ops[:top],
@@ -152,6 +161,9 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
     from rich.table import Table
     from rich.text import Text
 
+    from traceread.reports.sanitize import clean_data, clean_lines
+
+    d = clean_data(d)  # kernel/op/collective names and paths: no terminal control survives
     buf = io.StringIO()
     con = Console(file=buf, width=width, color_system=None if plain else "auto", force_terminal=not plain,
                   highlight=False)
@@ -162,8 +174,10 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
         verdict = f"B is {'slower' if step['delta'] > 0 else 'faster'} by {abs(step['delta']) / 1000:.2f} ms/step"
         if step["pct"] is not None:
             verdict += f" ({step['pct']:+.1f}%)"
-    con.print(Text(f"A: {', '.join(d['a']['paths'] or [])} ({d['a']['ranks']} ranks, {d['a']['steps']} steps)"))
-    con.print(Text(f"B: {', '.join(d['b']['paths'] or [])} ({d['b']['ranks']} ranks, {d['b']['steps']} steps)"))
+    for side in ("a", "b"):
+        x = d[side]
+        cyc = f", cycle {x['cycle']}" if x.get("cycle") else ""
+        con.print(Text(f"{side.upper()}: {', '.join(x['paths'] or [])} ({x['ranks']} ranks, {x['steps']} steps{cyc})"))
     con.print(Text("ANSWER: " + verdict, style="bold"))
     biggest = max(d["breakdown"].items(), key=lambda kv: abs(kv[1]["delta"] or 0.0)) if d["breakdown"] else None
     if biggest and biggest[1]["delta"]:
@@ -195,26 +209,41 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
         table("Collectives", rows)
     if d["findings"]:
         table("Findings — time lost per step", [_fmt_row(f.get("key") or f["id"], f) for f in d["findings"]])
-    return buf.getvalue()
+    return clean_lines(buf.getvalue())
+
+
+def split_cycle(arg: str) -> tuple[str, str | None]:
+    """``RUN@3`` / ``RUN@2:3`` -> (``RUN``, cycle); a path that exists as written is never split."""
+    from pathlib import Path as _P
+
+    if "@" not in arg or _P(arg).exists():
+        return arg, None
+    path, _, cycle = arg.rpartition("@")
+    return (path, cycle) if path and cycle else (arg, None)
 
 
 @click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
+@click.argument("b", type=click.Path(), required=False)
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 @click.option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Kernel/collective rows.")
 @click.option("--no-cache", is_flag=True, help="Re-parse every trace instead of using the parse cache.")
-def diff(a: str, b: str, fmt: str, output: str | None, top: int, no_cache: bool) -> None:
+@click.option("--cycles", metavar="N,M", help="Compare two profiling cycles of the one run A (e.g. 1,3; RUN:N works too).")
+def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache: bool, cycles: str | None) -> None:
     """Compare two runs (A = baseline, B = candidate): step time, breakdown, kernels, collectives.
 
-    A and B are run folders, trace files or globs, as for `traceread report`.
+    A and B are run folders, trace files or globs, as for `traceread report`; `RUN@N` is cycle N of a
+    folder holding several profiling cycles (`RUN@R:N`: run R's cycle N), and `--cycles N,M` compares
+    two cycles of the one folder A. Without a cycle, a multi-cycle folder stands for its latest cycle.
 
     \b
     Examples:
       traceread diff runs/before runs/after
       traceread diff runs/before/rank0.pt.trace.json.gz runs/after/rank0.pt.trace.json.gz
       traceread diff runs/before runs/after --format json -o diff.json
+      traceread diff runs/long --cycles 1,3          # first vs third profiling cycle of one run
+      traceread diff runs/long@1 runs/long@3         # the same
 
     \b
     Exit codes: 0 compared, 2 bad input, 3 no trace found in A or B.
@@ -224,12 +253,29 @@ def diff(a: str, b: str, fmt: str, output: str | None, top: int, no_cache: bool)
     from traceread.analyze import NothingUsableError, ReportOptions, build_report
     from traceread.reports.json_report import _jsonable
 
+    from dataclasses import replace
+
+    from traceread.reader.cycles import CycleChoiceError
+
+    if cycles:
+        parts = [c.strip() for c in cycles.split(",")]
+        if b is not None or len(parts) != 2 or not all(parts):
+            raise click.UsageError("--cycles takes two cycles of the one folder A, e.g. traceread diff RUN --cycles 1,3")
+        (pa, ca), (pb, cb) = (a, parts[0]), (a, parts[1])
+    elif b is None:
+        raise click.UsageError("give two runs A B, RUN@N RUN@M, or one folder with --cycles N,M")
+    else:
+        (pa, ca), (pb, cb) = split_cycle(a), split_cycle(b)
     opts = ReportOptions(use_cache=not no_cache)
     try:
-        ra = build_report([a], opts)
-        rb = build_report([b], opts)
-    except NothingUsableError as exc:
+        ra = build_report([pa], replace(opts, cycle=ca))
+        rb = build_report([pb], replace(opts, cycle=cb))
+    except CycleChoiceError as exc:
         click.echo(f"traceread: error: {exc}", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT)
+        return
+    except NothingUsableError as exc:
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
     d = diff_reports(ra, rb, top=top)  # type: ignore[arg-type]

@@ -8,11 +8,14 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.reports.sanitize import clean
 
 
 def _text(diag) -> str:  # type: ignore[no-untyped-def]
-    e = diag.entry
-    lines = [diag.headline, ""]
+    from traceread.reports.sanitize import clean_data
+
+    e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives
+    lines = [clean(diag.headline), ""]
     seq = e.get("seq")
     lines.append(f"collective : {e.get('op')}" + (f" #{seq}" if seq is not None else "") + f"  (pg {e.get('pg')})")
     lines.append(f"culprits   : {', '.join(map(str, e.get('missing_ranks') or [])) or '-'}   (never joined)")
@@ -52,11 +55,11 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str) -> None:
     try:
         diag = diagnose(run_dir)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
         return
     if diag is None:
-        click.echo(f"{run_dir}: no hang evidence (no Flight Recorder dump, stack dump, hang.json, watchdog timeout "
+        click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump, stack dump, hang.json, watchdog timeout "
                    "or timeout error file)", err=True)
         ctx.exit(EXIT_NO_TRACES)
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.reports.sanitize import clean
 
 FORMATS = ("rich", "html", "text", "json")
 DEFAULT_NAME = "traceread-report.html"
@@ -36,10 +37,20 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
     return "rich"
 
 
+def _set_max_rank_bytes(text: str) -> None:
+    """The reader's size guard, through the environment so spawned reader workers see it too."""
+    from traceread.reader.inflate import MAX_RANK_BYTES_ENV, parse_size
+
+    try:
+        os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-rank-bytes") from None
+
+
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write the report here (format from --format or the file extension: .html, .json, .txt).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+              help="Write the report here (format from --format or the file extension: .html, .json, .txt); - for stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
 @click.option("--no-cache", is_flag=True, help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
@@ -55,10 +66,17 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
               help="Rows per table in the terminal summary (findings, ranks, collectives).")
 @click.option("-j", "--workers", type=click.IntRange(1, 256), default=None,
               help="Worker processes for reading ranks (default: one per CPU).")
+@click.option("--cycle", "cycle", default="latest", show_default=True, metavar="N|RUN:N|all|latest",
+              help="Folders with several profiling cycles (or runs): which to analyse. latest = the latest "
+                   "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
+                   "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
+@click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
+              help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
-           device_spec: str | None, top: int, workers: int | None, no_html: bool) -> None:
+           device_spec: str | None, top: int, workers: int | None, cycle: str, no_html: bool,
+           max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -68,7 +86,10 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1                       # summary + runs/exp1/traceread-report.html
       traceread report runs/exp1 -o exp1.html          # HTML where you want it
       traceread report 'traces/rank*.json.gz' --format json -o report.json
+      traceread report runs/exp1 --format json -o - | jq .findings   # JSON on stdout
       traceread report runs/exp1 --format text --top 20
+      traceread report runs/long --cycle all          # every profiling cycle + what grew over time
+      traceread report tb_logs/ --cycle 2             # one cycle of a tensorboard_trace_handler folder
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
@@ -90,16 +111,33 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     if any(v is not None for v in shape) and (None in shape or params is None):
         raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
     fmt = _infer_format(fmt, output)
+    _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
-                         device_spec=Path(device_spec) if device_spec else None)
+                         device_spec=Path(device_spec) if device_spec else None, cycle=cycle)
+    from traceread.reader.cycles import CycleChoiceError
+
     try:
-        doc = build_report(list(paths), opts)
-    except NothingUsableError as exc:
+        if cycle.strip().lower() == "all":
+            from traceread.analysis.drift import build_all_cycles
+
+            doc = build_all_cycles(list(paths), opts)
+        else:
+            doc = build_report(list(paths), opts)
+    except CycleChoiceError as exc:
         click.echo(f"traceread: error: {exc}", err=True)
+        click.get_current_context().exit(EXIT_BAD_INPUT)
+        return
+    except NothingUsableError as exc:
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
 
+    if output == "-":  # stdout: the document only, nothing else on it
+        text = (json_report.to_json(doc) + "\n" if fmt == "json" else terminal.render_text(doc, top=top)
+                if fmt == "text" else html_mod.render_html(doc, title=f"traceread report — {', '.join(paths)[:120]}"))
+        click.echo(text, nl=False)
+        return
     if fmt == "json":
         text = json_report.to_json(doc)
         if output:
@@ -124,14 +162,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
         except OSError as exc:
             if output or html_path.parent.resolve() == Path.cwd().resolve():
-                raise click.ClickException(f"{html_path}: cannot write ({exc.strerror}); choose a file with -o") from exc
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc.strerror}); choose a file with -o") from exc
             fallback = Path.cwd() / DEFAULT_NAME
-            click.echo(f"traceread: {html_path}: cannot write ({exc.strerror}); writing {fallback} instead", err=True)
+            click.echo(f"traceread: {clean(str(html_path))}: cannot write ({exc.strerror}); writing {clean(str(fallback))} instead", err=True)
             html_path = fallback
             try:
                 html_mod.write_html(doc, html_path)
             except OSError as exc2:
-                raise click.ClickException(f"{html_path}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
+                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped into a log or `less`: rich would fall back to 80 columns and squash the tables.

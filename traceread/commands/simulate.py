@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import TraceReadError
+from traceread.reports.sanitize import clean
 
 SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
 
@@ -133,7 +134,7 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
         raise TraceReadError(str(exc)) from None
     r0 = truth["ranks"]["0"]
     click.echo(f"wrote {truth['world_size']} ranks x {len(truth['steps'])} steps of '{scenario}' on "
-               f"{truth['device']} to {out_dir}/ (truth.json)")
+               f"{truth['device']} to {clean(str(out_dir))}/ (truth.json)")
     step = r0["steps"][0]["duration_us"] / 1000
     click.echo(f"rank 0: step {step:.2f} ms, compute {r0['compute_us'] / 1000:.2f} ms, exposed comm "
                f"{r0['exposed_comm_us'] / 1000:.2f} ms, idle {r0['idle_us'] / 1000:.2f} ms, MFU {r0['mfu_pct']:.1f}%")

@@ -1,4 +1,4 @@
-"""Open a trace file (``.json``, ``.json.gz``, ``.json.zst``) and decode it into typed events.
+"""Decode trace text into typed events (the bytes come from :mod:`traceread.reader.inflate`).
 
 Why typed msgspec Structs: the decoder skips every field we do not keep (``Call stack``, python
 ids, memory-event payloads) without building Python objects for it, which is what makes a 50 MB
@@ -9,7 +9,6 @@ naming the file and, when the decoder knows it, the byte offset.
 from __future__ import annotations
 
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,6 @@ import msgspec
 
 from traceread.errors import TraceFileError
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-_CHUNK = 1 << 18  # 256 KiB in, ~4 MiB out: pieces stay small and reuse the heap
 _NO_RAW = msgspec.Raw()
 
 
@@ -85,91 +80,7 @@ _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 
 
-def read_bytes(path: Path) -> bytes | bytearray:
-    """The uncompressed bytes of a trace file; compression is told by magic bytes, not the name."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise TraceFileError(f"cannot open: {exc.strerror or exc}", str(path)) from None
-    if not data:
-        raise TraceFileError("empty file", str(path))
-    if data[:2] == GZIP_MAGIC:
-        return _gunzip_whole(data) or _gunzip(data, path)
-    if data[:4] == ZSTD_MAGIC:
-        return _unzstd(data, path)
-    return data
-
-
-def _gunzip_whole(data: bytes) -> bytes | None:
-    """The common case in one zlib call: a single, intact gzip member (about twice as fast as
-    the chunked loop). None for anything else (corrupt, truncated, several members, padding):
-    :func:`_gunzip` then handles it and words the error."""
-    d = zlib.decompressobj(wbits=31)
-    try:
-        out = d.decompress(data)
-    except zlib.error:
-        return None
-    return out if d.eof and not d.unused_data else None
-
-
-def _gunzip(data: bytes, path: Path) -> bytearray:
-    """Decompress (possibly multi-member) gzip, reporting where a corrupt stream breaks.
-
-    The output buffer is preallocated from the gzip trailer's size field, so peak memory is the
-    uncompressed size plus one chunk (joining a list of chunks would need twice the size).
-    """
-    n = len(data)
-    hint = int.from_bytes(data[-4:], "little") if n >= 18 else 0
-    # A truncated file's "trailer" is arbitrary bytes: trust it only within a sane ratio.
-    out = bytearray(hint if hint <= 64 * n else 0)
-    filled = 0
-    pos = 0
-    while pos < n:
-        if data[pos : pos + 2] != GZIP_MAGIC:
-            if data[pos:].strip(b"\x00") == b"":
-                break  # trailing zero padding is tolerated, like gzip(1) does
-            raise TraceFileError(f"garbage after gzip stream at byte {pos}", str(path))
-        d = zlib.decompressobj(wbits=31)
-        while True:
-            chunk = data[pos : pos + _CHUNK]
-            try:
-                piece = d.decompress(chunk)
-            except zlib.error as exc:
-                raise TraceFileError(
-                    f"corrupt gzip stream near byte {pos} ({exc})", str(path)
-                ) from None
-            end = filled + len(piece)
-            if end > len(out):
-                out.extend(bytes(end - len(out)))
-            out[filled:end] = piece
-            filled = end
-            del piece
-            if d.eof:
-                pos += len(chunk) - len(d.unused_data)
-                break
-            pos += len(chunk)
-            if pos >= n:
-                raise TraceFileError(
-                    f"truncated gzip stream: file ends at byte {n} before the end of the stream",
-                    str(path),
-                )
-    del out[filled:]
-    return out
-
-
-def _unzstd(data: bytes, path: Path) -> bytes:
-    import zstandard
-
-    try:
-        dctx = zstandard.ZstdDecompressor()
-        with dctx.stream_reader(data, read_across_frames=True) as reader:
-            return reader.read()
-    except zstandard.ZstdError as exc:
-        raise TraceFileError(f"corrupt zstd stream ({exc})", str(path)) from None
-
-
-def _json_problem(exc: Exception) -> str:
+def json_problem(exc: Exception) -> str:
     """msgspec's message, kept to one line; it already carries ``(byte N)`` for syntax errors."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if msg == "Input data was truncated":
@@ -182,13 +93,13 @@ def decode_top(data: bytes | bytearray, path: Path) -> dict[str, msgspec.Raw]:
     try:
         top = _TOP_DECODER.decode(data)
     except msgspec.ValidationError:
-        kind = _first_json_char(data)
+        kind = first_json_char(data)
         raise TraceFileError(
             f"not a Kineto trace: the JSON document is {kind}, not an object with traceEvents",
             str(path),
         ) from None
     except msgspec.DecodeError as exc:
-        problem = _json_problem(exc)
+        problem = json_problem(exc)
         if not problem.startswith("truncated"):
             problem = f"invalid JSON: {problem}"
         raise TraceFileError(problem, str(path)) from None
@@ -210,7 +121,7 @@ def split_events(raw: msgspec.Raw, path: Path) -> list[msgspec.Raw]:
     except msgspec.ValidationError:
         raise TraceFileError("traceEvents is not a list of events", str(path)) from None
     except msgspec.DecodeError as exc:  # pragma: no cover - top-level decode validated syntax
-        raise TraceFileError(f"invalid JSON: {_json_problem(exc)}", str(path)) from None
+        raise TraceFileError(f"invalid JSON: {json_problem(exc)}", str(path)) from None
 
 
 _EVENT_DECODER = msgspec.json.Decoder(Event)
@@ -230,13 +141,13 @@ def decode_events(raws: list[msgspec.Raw], path: Path, first: int = 0) -> list[E
             try:
                 dec(r)
             except msgspec.ValidationError as exc:
-                msg = _json_problem(exc)
+                msg = json_problem(exc)
                 raise TraceFileError(
                     f"malformed event: event #{first + i}: {msg}", str(path)
                 ) from None
         raise  # pragma: no cover - the loop above always finds the failing event
     except msgspec.DecodeError as exc:  # pragma: no cover - top-level decode validated syntax
-        raise TraceFileError(f"invalid JSON: {_json_problem(exc)}", str(path)) from None
+        raise TraceFileError(f"invalid JSON: {json_problem(exc)}", str(path)) from None
 
 
 _ALL_DECODER = msgspec.json.Decoder(list[Event])
@@ -261,8 +172,8 @@ def decode_value(raw: msgspec.Raw) -> Any:
         return None
 
 
-def _first_json_char(data: bytes) -> str:
-    head = data[:64].lstrip()
+def first_json_char(data: bytes) -> str:
+    head = bytes(data[:64]).lstrip()
     if head[:3] == b"\xef\xbb\xbf":
         head = head[3:].lstrip()
     c = head[:1]

@@ -284,18 +284,33 @@ def _conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 def finish_gpu(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """Batches -> one GPU table sorted by ``ts`` (file order on ties)."""
-    parts = [p for p in parts if p.height]
-    if not parts:
+    kept = [p for p in parts if p.height]
+    parts.clear()
+    if not kept:
         return empty_frame(GPU_SCHEMA)
-    return _sorted_by_ts(pl.concat(parts, rechunk=False))
+    return _sorted_by_ts(kept)
 
 
-def _sorted_by_ts(df: pl.DataFrame) -> pl.DataFrame:
-    """Stable sort by ``ts`` that leaves all-null columns unmaterialised (see null_series)."""
+def _sorted_by_ts(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The batches concatenated and stably sorted by ``ts`` (file order on ties), one column at
+    a time, each source column dropped once moved: the peak is the table plus one column (a
+    frame sort holds two tables). All-null columns stay unmaterialised (see null_series)."""
+    df = pl.concat(parts, rechunk=False)
+    parts.clear()
     n = df.height
-    null_cols = [c for c in df.columns if df[c].null_count() == n]
-    out = df.drop(null_cols).sort("ts", maintain_order=True)
-    return out.with_columns(null_series(c, df.schema[c], n) for c in null_cols).select(df.columns)
+    ts = df["ts"].to_numpy()
+    order = None if bool((ts[1:] >= ts[:-1]).all()) else pl.Series(np.argsort(ts, kind="stable"))
+    del ts
+    cols = []
+    for name in df.columns:
+        col = df.get_column(name)
+        if col.null_count() == n:
+            cols.append(null_series(name, col.dtype, n))
+        else:
+            cols.append(col.rechunk() if order is None else col.gather(order))
+        df = df.drop(name)
+        del col
+    return pl.DataFrame(cols)
 
 
 def host_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl.DataFrame:
@@ -334,10 +349,11 @@ def host_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl
 
 def finish_host(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """Batches -> one host table sorted by ``ts`` (file order on ties), ``row`` = position."""
-    parts = [p for p in parts if p.height]
-    if not parts:
+    kept = [p for p in parts if p.height]
+    parts.clear()
+    if not kept:
         return empty_frame(HOST_SCHEMA)
-    df = _sorted_by_ts(pl.concat(parts, rechunk=False))
+    df = _sorted_by_ts(kept)
     return df.with_columns(pl.int_range(0, df.height, dtype=pl.Int64).alias("row"))
 
 

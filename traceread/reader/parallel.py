@@ -117,18 +117,20 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[Path], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from traceread.reports.sanitize import clean
+
     with Progress(
         TextColumn("reading traces"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a file name: no rich markup
         console=Console(stderr=True),
         transient=True,
     ) as bar:
         task = bar.add_task("", total=total)
 
         def advance(f: Path) -> None:
-            bar.update(task, advance=1, description=f.name)
+            bar.update(task, advance=1, description=clean(f.name))
 
         yield advance

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
-from traceread.reader.decode import decode_all, decode_top, read_bytes
+from traceread.reader.decode import Event, decode_all, decode_top
 from traceread.reader.events import (
     finish_gpu,
     finish_host,
@@ -20,23 +21,29 @@ from traceread.reader.events import (
     pair_flows,
     partition_with_cats,
 )
+from traceread.reader.inflate import uncompressed_chunks
 from traceread.reader.links import link
 from traceread.reader.meta import build_meta, top_values
 from traceread.reader.nesting import nest
 from traceread.reader.ranks import identify
+from traceread.reader.stream import EventStream
 
 _STEP_RE = r"^ProfilerStep#(\d+)$"
 
 
-def parse_file(path: str | Path) -> RankTrace:
-    """Decode and tabulate one file; raises only :class:`TraceFileError`."""
+def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTrace:
+    """Decode and tabulate one file; raises only :class:`TraceFileError`.
+
+    ``max_rank_bytes``: the most uncompressed bytes accepted (default: ``--max-rank-bytes``, see
+    :func:`traceread.reader.inflate.max_rank_bytes`).
+    """
     p = Path(path)
     # The parse allocates millions of short-lived objects and no reference cycles: the cyclic
     # collector would only rescan them (measured 10-30% of the parse time).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse(p)
+        return _parse(p, max_rank_bytes)
     except TraceFileError:
         raise
     except (MemoryError, KeyboardInterrupt):
@@ -51,24 +58,58 @@ def parse_file(path: str | Path) -> RankTrace:
             gc.enable()
 
 
-#: Events tabulated per batch: the batch's Python objects (~13 MB) stay in the CPU cache across
-#: the column passes over them; each batch is freed once tabulated.
+#: Events tabulated per batch on the whole-document path: the batch's Python objects (~13 MB)
+#: stay in the CPU cache across the column passes over them; each batch is freed once tabulated.
 BATCH = 20_000
+#: Files whose text is at most this long are decoded as one document (one decoder call, the
+#: fastest for small files); longer ones are streamed (:mod:`traceread.reader.stream`).
+WHOLE_LIMIT = 16 << 20
 
 
-def _parse(p: Path) -> RankTrace:
-    data = read_bytes(p)
+def _parse(p: Path, max_rank_bytes: int | None) -> RankTrace:
+    chunks = uncompressed_chunks(p, max_rank_bytes)
+    head = bytearray()
+    for chunk in chunks:
+        head += chunk
+        if len(head) > WHOLE_LIMIT:
+            return _parse_streamed(p, EventStream(p, chunks, head))
+    if not head:
+        raise TraceFileError("empty file", str(p))
+    return _parse_whole(p, head)
+
+
+def _parse_whole(p: Path, data: bytearray) -> RankTrace:
     top = decode_top(data, p)
     keys = list(top)
     values = top_values(top)
     # One decoder call for the whole array (no per-event slices to cut first).
     events = decode_all(top["traceEvents"], p)
     del top, data
+
+    def batches() -> Iterator[list[Event]]:
+        while events:
+            batch = events[:BATCH]
+            del events[:BATCH]
+            yield batch
+
+    return _tabulate(p, batches(), lambda: (values, keys))
+
+
+def _parse_streamed(p: Path, stream: EventStream) -> RankTrace:
+    def top() -> tuple[dict, list[str]]:
+        return top_values(stream.top), list(stream.top)
+
+    return _tabulate(p, iter(stream), top)
+
+
+def _tabulate(
+    p: Path, batches: Iterator[list[Event]], top: Callable[[], tuple[dict, list[str]]]
+) -> RankTrace:
+    """Batches of events -> the rank's tables; ``top`` gives the top-level values and keys once
+    the events are consumed (a streamed file's trailing keys are known only then)."""
     counts: Counter[str] = Counter()
     gpu_parts, host_parts, flow_parts = [], [], []
-    while events:
-        batch = events[:BATCH]
-        del events[:BATCH]
+    for batch in batches:
         (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat) = partition_with_cats(
             batch, counts
         )
@@ -77,6 +118,7 @@ def _parse(p: Path) -> RankTrace:
         host_parts.append(host_frame(host_evs, p, host_cat))
         flow_parts.append(flow_points(flow_evs, flow_cat))
         del gpu_evs, host_evs, flow_evs
+    values, keys = top()
     gpu = finish_gpu(gpu_parts)
     host = finish_host(host_parts)
     flows = pair_flows(flow_parts)
