@@ -12,3 +12,5 @@ $PY bench/make_large.py --set a100 --ranks 1 --mb 1000 && $PY bench/bench_stream
 $PY bench/bench_report.py large         # whole report vs HTA load + temporal + overlap + idle breakdown
 $PY bench/bench_report.py scale         # 1024 simulated ranks within the machine's memory
 $PY bench/bench_cross_rank.py           # cross-rank analyses on 1024 ranks x 300 collectives
+$PY bench/bench_layout.py                # parallel layout on 1024 ranks x 360 collectives (TP x DP, generic descs)
+$PY bench/bench_ledger.py --ranks 1024     # step ledger: map side on a real trace, reduce side on 1024 ranks

@@ -329,6 +329,40 @@ def slow_steps_figure(report: Report) -> tuple[Figure | None, str | None]:
                          yaxis={"title": {"text": "ms"}})}, None
 
 
+LEDGER_COLORS = {
+    "compute_bound": "#4C78A8", "memory_bound": "#72B7B2", "compute_other": "#9ecae9", "comm_transfer": "#F58518",
+    "comm_wait": "#E45756", "bubble": "#B279A2", "exposed_memcpy": "#EECA3B", "host_bound": "#FF9DA6",
+    "dependency": "#9D755D", "idle_other": "#BAB0AC",
+}
+
+
+def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
+    """The step ledger as stacked bars: one for the job (the critical path of the median step) and
+    one per rank (its own ledger of that step); many ranks are sampled as in the timelines."""
+    from traceread.analysis.ledger import CATEGORIES
+    from traceread.reports.ledger_view import by_category
+
+    led = report.get("ledger")
+    if not led:
+        return None, "No step ledger: the traces have no GPU steps (CPU-only or empty traces)."
+    crit = led.get("critical_rank")
+    cols = [("job (critical r%s)" % crit, by_category(led.get("parts") or []))]
+    ranks = [r for r in pick_lanes(report) if r.get("ledger")]
+    cols += [(f"r{r['rank']}", by_category(r["ledger"]["parts"])) for r in ranks]
+    x = [c for c, _ in cols]
+    data = []
+    for cat in CATEGORIES:
+        y = [t.get(cat, 0.0) / 1000.0 for _, t in cols]
+        if any(y):
+            data.append({"type": "bar", "name": cat, "x": x, "y": y, "marker": {"color": LEDGER_COLORS[cat]},
+                         "hovertemplate": "%{x}: %{y:.3f} ms<extra>" + cat + "</extra>"})
+    n = len(report.get("ranks") or [])
+    title = f"Step ledger of step {led.get('step')}: the job and each rank" + (
+        f" ({len(ranks)} of {n} ranks shown)" if len(ranks) < n else "")
+    return {"data": data, "layout": _layout(title, barmode="stack", yaxis={"title": {"text": "ms"}},
+                                            xaxis={"type": "category"})}, None
+
+
 def busbw_floor_us(c: dict[str, Any]) -> float | None:
     """Fastest possible time of a collective at its link peak (used by tables)."""
     if not c.get("bytes") or not c.get("link_peak_gbps") or not c.get("group_size"):
@@ -340,7 +374,7 @@ def all_figures(report: Report) -> dict[str, tuple[Figure | None, str | None]]:
     """Every chart of the page by section id (a failing builder becomes a 'no data' reason)."""
     builders = {"breakdown": breakdown_figure, "timeline": timeline_figure, "heatmap": heatmap_figure,
                 "collectives": collectives_figure, "roofline": roofline_figure, "pipeline": pipeline_figure,
-                "slow_steps": slow_steps_figure}
+                "slow_steps": slow_steps_figure, "ledger": ledger_figure}
     out: dict[str, tuple[Figure | None, str | None]] = {}
     for key, fn in builders.items():
         try:

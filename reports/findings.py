@@ -264,20 +264,26 @@ def slow_steps(report: Report) -> list[Finding]:
     return [_finding("slow_steps", title, impact, report, expl, ev, sugg)]
 
 
+def network_loss_us(report: Report) -> tuple[list[dict[str, Any]], float]:
+    """(network collectives, their time above the link floor per step): an upper bound on what a
+    correct transport would save."""
+    steps = total_steps(report)
+    net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
+    lost = 0.0
+    for c in net:
+        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
+            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
+            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+    return net, lost
+
+
 def nccl_transport(report: Report) -> list[Finding]:
     n = report.get("nccl") or {}
     diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
     if not diags:
         return []
     out = []
-    steps = total_steps(report)
-    net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
-    # Upper bound on what a correct transport would save: network collectives' time above the link floor.
-    lost = 0.0
-    for c in net:
-        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
-            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
-            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+    net, lost = network_loss_us(report)
     for d in diags[:MAX_PER_KIND]:
         msg = str(d.get("message") or d.get("id") or "NCCL problem")
         ev = [str(e) for e in (d.get("evidence") or [])][:5]
@@ -294,8 +300,17 @@ DETECTORS: list[Callable[[Report], list[Finding]]] = [
 ]
 
 
-def build_findings(report: Report, warn: Callable[[str], None] | None = None) -> list[Finding]:
-    """All findings, biggest time lost per step first (a hang always first). A failing detector warns."""
+#: Ledger category and role of each legacy detector's finding (documents without a ledger).
+LEGACY_CATEGORY: dict[str, tuple[str, str | None]] = {
+    "hang": ("hang", None), "straggler": ("comm_wait", None), "exposed_comm": ("comm_transfer", None),
+    "pipeline_bubble": ("bubble", "pp"), "low_sm_efficiency": ("compute_other", None),
+    "memory_bound": ("memory_bound", None), "host_bound": ("host_bound", None), "slow_steps": ("idle_other", None),
+}
+
+
+def _legacy_findings(report: Report, warn: Callable[[str], None] | None) -> list[Finding]:
+    """Documents without a step ledger (CPU-only traces, older documents): the detectors' estimates,
+    each capped so that together they never exceed the step (biggest first)."""
     found: list[Finding] = []
     for det in DETECTORS:
         try:
@@ -303,7 +318,38 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
         except Exception as exc:  # a detector bug must not cost the user the whole report
             if warn:
                 warn(f"finding '{det.__name__}' skipped: {type(exc).__name__}: {exc}")
-    keep = [f for f in found if f["id"] == "hang" or f["id"].startswith("nccl_")
+    found.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
+    left = median_step_us(report)
+    for f in found:
+        cat, role = LEGACY_CATEGORY.get(f["id"], ("comm_transfer", None))
+        f.setdefault("category", cat)  # type: ignore[typeddict-unknown-key]
+        f.setdefault("role", role)  # type: ignore[typeddict-unknown-key]
+        f.setdefault("rank", None)  # type: ignore[typeddict-unknown-key]
+        if f["id"] == "hang" or left is None:
+            continue
+        if f["impact_us_per_step"] > left:
+            f["impact_us_per_step"] = max(left, 0.0)
+            f["impact_pct"] = pct_of_step(f["impact_us_per_step"], report)
+        left -= f["impact_us_per_step"]
+    return found
+
+
+def build_findings(report: Report, warn: Callable[[str], None] | None = None) -> list[Finding]:
+    """All findings, biggest share of the step first (a hang always first). From the job's step ledger
+    when the document has one (:mod:`traceread.reports.ledger_findings`), else from the detectors."""
+    from traceread.reports.ledger_findings import ledger_findings
+
+    found: list[Finding] = []
+    if report.get("ledger"):
+        try:
+            found = hang(report) + ledger_findings(report)
+        except Exception as exc:  # noqa: BLE001
+            if warn:
+                warn(f"ledger findings skipped: {type(exc).__name__}: {exc}")
+            found = _legacy_findings(report, warn)
+    else:
+        found = _legacy_findings(report, warn)
+    keep = [f for f in found if f["id"] in ("hang", "slow_steps") or f["id"].startswith("nccl_")
             or (f.get("impact_pct") or 0.0) >= MIN_IMPACT_PCT
             or (f.get("impact_pct") is None and f["impact_us_per_step"] > 0)]
     keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))

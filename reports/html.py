@@ -112,6 +112,13 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
                                          next((r.get("num_sms") for r in ranks if r.get("num_sms")), None)),
         "pipeline": explain.pipeline(report["pipeline"], step) if report.get("pipeline") else
         "Pipeline parallelism splits the model's layers into stages on different GPUs; none was detected here.",
+        "ledger": ("The median step split so that every microsecond is counted once (docs/ledger.md): compute "
+                   "(compute-bound, memory-bound, other), exposed communication per process-group role (waiting for "
+                   "a late peer vs transfer), pipeline bubble, exposed memcpy, host-bound idle (before the next "
+                   "kernel was launched), waiting on a dependency, other idle. The job bar follows the critical "
+                   "path: where the slowest rank waited for a late peer, the peer's own time is shown. "
+                   + (f"Findings account for {ms((report.get('coverage') or {}).get('explained_us'))} of "
+                      f"{ms((report.get('coverage') or {}).get('step_us'))} per step." if report.get("coverage") else "")),
         "slow_steps": ("A step is flagged slow when it takes clearly longer than the median step; the cause says "
                        "which part of the breakdown grew (or which rank held everyone up)."),
     }

@@ -21,7 +21,7 @@ from traceread import report_schema as rs
 STABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "Report": (
         "schema", "source", "warnings", "ranks", "collectives", "stragglers", "pipeline",
-        "slow_steps", "hang", "findings",
+        "slow_steps", "hang", "findings", "ledger", "coverage", "layout",
     ),
     "RankEntry": (
         "rank", "file", "device", "num_sms", "window_us", "gpu_busy_us", "compute_us", "comm_us",
@@ -34,7 +34,13 @@ STABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "PipelineEntry": ("stages", "microbatches", "schedule", "bubble_pct", "theory_bubble_pct"),
     "SlowStepEntry": ("step", "duration_us", "median_us", "excess_us", "cause"),
     "HangEntry": ("pg", "seq", "op", "missing_ranks", "waiting_ranks", "stacks"),
-    "Finding": ("id", "title", "impact_us_per_step", "explanation"),
+    "Finding": ("id", "title", "impact_us_per_step", "explanation", "category", "role"),
+    "Ledger": ("step_us", "step", "critical_rank", "parts"),
+    "RankLedger": ("step", "step_us", "parts"),
+    "LedgerPart": ("category", "role", "rank", "us"),
+    "Coverage": ("explained_us", "step_us"),
+    "Layout": ("degrees", "groups"),
+    "LayoutGroup": ("pg", "desc", "role", "size", "ranks", "nodes", "evidence"),
 }
 
 _TYPED_DICTS: dict[str, type] = {

@@ -128,18 +128,12 @@ def nbytes(value: float | None) -> str:
 
 def rank_list(ranks: Iterable[int], limit: int = 8) -> str:
     """"0-3, 7" style compact list of ranks (ranges collapsed, long lists cut)."""
+    from traceread.analysis.layout import rank_runs
+
     rs = sorted(set(int(r) for r in ranks))
     if not rs:
         return "none"
-    parts: list[str] = []
-    start = prev = rs[0]
-    for r in rs[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
+    parts = rank_runs(rs)
     if len(parts) > limit:
         return ", ".join(parts[:limit]) + f", … ({len(rs)} ranks)"
     return ", ".join(parts)

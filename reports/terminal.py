@@ -43,7 +43,10 @@ def answer(report: Report) -> tuple[str, str | None]:
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
     share = f" = {pct(f.get('impact_pct'))} of the step" if f.get("impact_pct") is not None else ""
-    text = f"{f['title']} [{ms(f['impact_us_per_step'])}/step{share}]"
+    where = ", ".join(x for x in (f.get("category"), f.get("role") and f"role {f.get('role')}",
+                                  f.get("rank") is not None and f"rank {f.get('rank')}") if x) if f["id"] != "hang" else ""
+
+    text = f"{f['title']} [{ms(f['impact_us_per_step'])}/step{share}{'; ' + where if where else ''}]"
     sugg = (f.get("suggestions") or [None])[0]
     return text, sugg
 
@@ -133,6 +136,49 @@ def _other_lines(report: Report, top: int) -> list[str]:
     return lines
 
 
+def _ledger_bars(console: Console, rows: list[tuple[str, dict[str, float]]], ascii_only: bool) -> None:
+    """One stacked bar per row (reports.ledger_view), coloured unless ascii_only, legend after."""
+    from traceread.reports import ledger_view as lv
+
+    width = max((len(c) for c, _ in rows), default=0)
+    for caption, totals in rows:
+        line = Text(f"  {caption:<{width}} |")
+        for cat, n in lv.bar_cells(totals):
+            glyph, _label, colour = lv.STYLE[cat]
+            line.append(glyph * n, style=None if ascii_only else f"bold {colour}")
+        line.append("|")
+        console.print(line)
+
+
+def _ledger_section(report: Report, console: Console, top: int, ascii_only: bool) -> None:
+    from traceread.reports import ledger_view as lv
+
+    jobs = lv.job_lines(report)
+    if not jobs:
+        return
+    console.print(Text("Step ledger — where the median step's time goes (docs/ledger.md)", style="bold"))
+    _ledger_bars(console, jobs, ascii_only)
+    console.print(Text("  " + lv.legend(jobs[0][1]), style="dim"))
+    note = lv.followed_note(report)
+    if note:
+        console.print(Text("  " + note, style="dim"))
+    cov = lv.coverage_line(report)
+    if cov:
+        console.print(Text(cov, style="bold"))
+
+
+def _rank_ledgers(report: Report, console: Console, top: int, ascii_only: bool) -> None:
+    from traceread.reports import ledger_view as lv
+
+    rows, note = lv.rank_lines(report, top)
+    if not rows:
+        return
+    console.print(Text("Step ledger per rank", style="bold"))
+    _ledger_bars(console, rows, ascii_only)
+    if note:
+        console.print(Text("  " + note, style="dim"))
+
+
 def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool = False,
            html_path: str | None = None) -> None:
     """Print the summary on ``console`` (rich markup off for every trace-derived string)."""
@@ -144,8 +190,10 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     if sugg:
         console.print(Text("CHANGE: ", style="bold green") + Text(sugg))
     console.print()
+    _ledger_section(report, console, top, ascii_only)
     if report.get("findings"):
         console.print(_findings_table(report, top, bx))
+    _rank_ledgers(report, console, top, ascii_only)
     rt, note = _ranks_table(report, top, bx)
     if report.get("ranks"):
         console.print(rt)

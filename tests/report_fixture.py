@@ -123,7 +123,10 @@ def full_report() -> dict[str, Any]:
             "stacks": {"3": "train.py:88 in save_checkpoint", "0": "torch/distributed/c10d.py:10 in all_reduce"},
             "mismatches": [], "evidence": ["Flight Recorder: ranks 0-2 entered allreduce seq 1234; rank 3 last completed 1233"],
         },
-        "findings": [],
+        "findings": [], "ledger": None, "coverage": None,
+        "layout": {"degrees": {"dp": 4, "fsdp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1},
+                   "groups": [{"pg": "0", "desc": "default_pg", "role": "dp", "size": 4, "ranks": [0, 1, 2, 3],
+                               "nodes": [0], "evidence": "allreduce 10/step: gradient all-reduce during backward only"}]},
         "kernels": [
             {"name": "sm90_xmma_gemm_bf16bf16_bf16f32", "calls": 600, "total_us": 240_000.0, "mean_us": 400.0,
              "blocks_per_sm": 3.9, "occupancy_pct": 12.0, "wave_efficiency_pct": 97.0, "sm_time_lost_us": 7_200.0, "ranks": 4},
@@ -160,3 +163,22 @@ def full_report() -> dict[str, Any]:
                            "suggestion": "check NCCL_IB_HCA / that the IB driver is loaded; NCCL_SOCKET_IFNAME"}],
         },
     })
+
+
+def with_ledger(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with a step ledger matching the scenario: rank 0 is critical (100 ms median step 12),
+    waiting 8 ms for straggler rank 3 (whose compute fills that time on the critical path)."""
+    parts = [("compute_bound", None, 0, 40_000.0), ("memory_bound", None, 0, 9_000.0),
+             ("compute_other", None, 0, 2_000.0), ("bubble", "pp", 0, 24_000.0),
+             ("comm_transfer", "dp", 0, 4_000.0), ("compute_bound", None, 3, 8_000.0),
+             ("host_bound", None, 0, 6_000.0), ("dependency", None, 0, 4_000.0),
+             ("exposed_memcpy", None, 0, 1_000.0), ("idle_other", None, 0, 2_000.0)]
+    doc = copy.deepcopy(doc)
+    doc["ledger"] = {"step": 12, "step_us": STEP_US, "critical_rank": 0,
+                     "parts": [{"category": c, "role": ro, "rank": rk, "us": us} for c, ro, rk, us in parts],
+                     "waited_on": [{"rank": 3, "role": "dp", "us": 8_000.0}]}
+    for r in doc["ranks"]:
+        own = [{"category": c, "role": ro, "rank": r["rank"], "us": us} for c, ro, rk, us in parts if rk == 0]
+        own.append({"category": "comm_wait", "role": "dp", "rank": r["rank"], "us": 8_000.0})
+        r["ledger"] = {"step": 12, "step_us": STEP_US, "parts": own}
+    return doc

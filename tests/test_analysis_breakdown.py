@@ -171,23 +171,33 @@ def test_idle_split_host_bound_kernel_gap_other() -> None:
         gpu_event("comp", 10, 10, launch_row=0),   # [10,20)
         gpu_event("comp", 25, 5, launch_row=1),    # gap [20,25) = 5 µs, queued at 1 -> kernel_gap
         gpu_event("comp", 100, 10, launch_row=2),  # gap [30,100) = 70 µs, queued at 2 -> other
-        gpu_event("comp", 130, 10, launch_row=3),  # gap [110,130), launched at 115 -> host_bound
+        gpu_event("comp", 130, 10, launch_row=3),  # gap [110,130), launched at 115 -> host_bound until 115
         gpu_event("comp", 145, 5, stream=9),       # gap [140,145): unlinked, short -> kernel_gap
     ]
     rt = make_rank(gpu, host)
     out = idle_breakdown(rt)
     assert out is not None
-    assert out["kernel_gap_us"] == 5.0 + 5.0
+    # [110,115) host-bound; [115,130) after the launch: 15 µs, short -> kernel_gap.
+    assert out["kernel_gap_us"] == 5.0 + 5.0 + 15.0
     assert out["other_us"] == 70.0
-    assert out["host_bound_us"] == 20.0
+    assert out["host_bound_us"] == 5.0
     assert out["idle_us"] == rank_breakdown(rt).idle_us == 100.0
     streams = {r["stream"]: r for r in out["streams"]}
-    # Stream 7 alone: gaps 5 (kernel_gap), 70 (other), 20 (host_bound); stream 9 has one kernel.
+    # Per stream is HTA's view (the whole gap is host-bound): gaps 5 (kernel_gap), 70 (other),
+    # 20 (host_bound); stream 9 has one kernel.
     assert (streams[7]["kernel_gap_us"], streams[7]["other_us"], streams[7]["host_bound_us"]) == (5.0, 70.0, 20.0)
     assert streams[9]["idle_us"] == 0.0
     # Threshold is a parameter: with 3 µs no gap is "short".
     out3 = idle_breakdown(rt, kernel_gap_threshold_us=3.0)
-    assert out3 is not None and out3["kernel_gap_us"] == 0.0 and out3["other_us"] == 80.0
+    assert out3 is not None and out3["kernel_gap_us"] == 0.0 and out3["other_us"] == 95.0
+
+
+def test_gap_after_the_launch_is_not_host_bound() -> None:
+    # GPipe-like: the host launched everything up front; the GPU then waits on a dependency.
+    host = [{"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": float(t), "dur": 1.0} for t in (0, 1)]
+    rt = make_rank([gpu_event("comp", 10, 10, launch_row=0), gpu_event("comp", 500, 10, launch_row=1)], host)
+    out = idle_breakdown(rt)
+    assert out is not None and out["host_bound_us"] == 0.0 and out["other_us"] == 480.0
 
 
 def test_idle_on_step_window_counts_edges() -> None:
@@ -195,10 +205,11 @@ def test_idle_on_step_window_counts_edges() -> None:
     rt = make_rank([gpu_event("comp", 10, 10, launch_row=0), gpu_event("comp", 50, 10, launch_row=1)], host)
     out = idle_breakdown(rt, (5.0, 100.0))
     assert out is not None
-    # [5,10): the GPU had never had work before this kernel -> host_bound (clipped to 5 µs).
-    # [20,50): its kernel was launched at 40, after the GPU drained at 20 -> host_bound.
-    # [60,100): nothing ends it -> other.
-    assert out["host_bound_us"] == 5.0 + 30.0
+    # [5,10): its kernel was launched at 0, before the window: not host-bound, short -> kernel_gap.
+    # [20,50): its kernel was launched at 40, after the GPU drained at 20 -> host_bound [20,40),
+    # then 10 µs launch latency -> kernel_gap. [60,100): nothing ends it -> other.
+    assert out["host_bound_us"] == 20.0
+    assert out["kernel_gap_us"] == 5.0 + 10.0
     assert out["other_us"] == 40.0
     assert out["idle_us"] == rank_breakdown(rt, (5.0, 100.0)).idle_us
 

@@ -13,7 +13,7 @@ import re
 from typing import get_type_hints
 
 import pytest
-from report_fixture import EVIL, N_STEPS, full_report
+from report_fixture import EVIL, N_STEPS, full_report, with_ledger
 
 from traceread import report_schema as rs
 from traceread.reports import charts, explain, findings, html, json_report, terminal
@@ -198,11 +198,11 @@ def test_html_is_self_contained_with_plotly_once(doc: dict) -> None:
 
 
 def test_every_section_is_present_with_data(doc: dict) -> None:
-    page = html.render_html(doc)
-    for sec in ("findings", "breakdown", "timeline", "stragglers", "collectives", "roofline", "kernels",
+    page = html.render_html(with_ledger(doc))
+    for sec in ("findings", "ledger", "breakdown", "timeline", "stragglers", "collectives", "roofline", "kernels",
                 "pipeline", "slow_steps", "nccl", "hang", "warnings"):
         assert f'<section id="{sec}">' in page
-    for chart in ("breakdown", "timeline", "heatmap", "collectives", "roofline", "pipeline", "slow_steps"):
+    for chart in ("ledger", "breakdown", "timeline", "heatmap", "collectives", "roofline", "pipeline", "slow_steps"):
         assert f'id="chart-{chart}"' in page
     assert "data-nodata" not in page
     assert "P = 4 stages and M = 8 micro-batches" in page

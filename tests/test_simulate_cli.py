@@ -56,3 +56,26 @@ def test_cli_help_has_examples() -> None:
     res = CliRunner().invoke(simulate, ["--help"])
     assert res.exit_code == 0
     assert "traceread simulate ddp -o /tmp/ddp --straggler 5" in res.output
+
+
+def test_cli_new_scenarios_take_their_defaults_and_options(tmp_path: Path) -> None:
+    r = CliRunner()
+    res = r.invoke(simulate, ["host_bound", "-o", str(tmp_path / "hb"), "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    truth = json.loads((tmp_path / "hb" / "truth.json").read_text())
+    assert truth["knobs"]["loader_us"] == 6000.0 and truth["world_size"] == 4  # the scenario's defaults
+    assert "job ledger, step" in res.output and "host_bound rank" in res.output
+    res = r.invoke(simulate, ["3d", "-o", str(tmp_path / "3d"), "--ranks", "8", "--tp", "2", "--pp", "2",
+                              "--gpus-per-node", "3", "--microbatches", "2", *SMALL])
+    assert res.exit_code == 0, res.output
+    truth = json.loads((tmp_path / "3d" / "truth.json").read_text())
+    assert truth["layout"]["degrees"]["tp"] == 2 and truth["hosts"] == 3
+    res = r.invoke(simulate, ["ddp", "-o", str(tmp_path / "f"), "--ranks", "2", "--comm", "fsdp", "--no-prefetch",
+                              *SMALL])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "f" / "truth.json").read_text())["knobs"]["prefetch"] is False
+    res = r.invoke(simulate, ["custom_allreduce", "-o", str(tmp_path / "c"), "--ranks", "2", "--tp", "2",
+                              "--allreduce-kernel", "vllm", *SMALL])
+    assert res.exit_code == 0, res.output
+    res = r.invoke(simulate, ["moe", "-o", str(tmp_path / "m"), "--ranks", "4", "--hot-rank", "7", *SMALL])
+    assert res.exit_code != 0 and "--hot-rank 7 outside 0..3" in str(res.exception)

@@ -36,6 +36,10 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
         kn = dict(SMALL)
         if name == "slow_steps":
             kn["slow_steps"] = [(11, "gc", 5000.0)]
+        if name == "3d":
+            kn.update(tp=1, pp=2, layers=2)
+        if name == "custom_allreduce":
+            kn["tp"] = 2
         truth = simulate(name, out, ranks=2, **kn)
         files = sorted(p.name for p in out.glob("rank*.pt.trace.json.gz"))
         assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
@@ -46,6 +50,7 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
             t = truth["ranks"][str(r)]
             assert sum(1 for e in ev if e.get("cat") == "kernel") == t["kernels"]
             assert sum(1 for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")) == t["nccl_kernels"]
+            assert sum(1 for e in ev if e.get("cat") == "kernel" and "Collective name" in e["args"]) == t["comm_kernels"]
             assert sum(1 for e in ev if e.get("cat") == "gpu_memcpy") == t["memcpys"]
         try:
             from traceread.reader import read_traces
@@ -190,7 +195,7 @@ def test_unknown_knob_and_bad_values_are_one_line_errors(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="unknown simulate knob"):
         simulate("ddp", tmp_path, rnks=4)
     with pytest.raises(ValueError, match="unknown scenario"):
-        simulate("moe", tmp_path)
+        simulate("zero_bubble", tmp_path)
     with pytest.raises(ValueError, match="straggler rank 9"):
         simulate("ddp", tmp_path, ranks=4, stragglers=[(9, 1.0, "gpu")])
 
@@ -211,3 +216,44 @@ def test_machines_have_at_most_eight_gpus(tmp_path: Path) -> None:
     doc = _load(tmp_path / "rank9.pt.trace.json.gz")
     assert len(doc["deviceProperties"]) == 8
     assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "kernel"} == {1}
+
+
+def test_new_scenarios_look_like_torch_traces(tmp_path: Path) -> None:
+    """3d: generic pg descriptions, TP group across nodes by device index; moe: all_to_allv on SendRecv
+    kernels with split sizes; custom_allreduce: a non-NCCL kernel carrying the record_param_comms metadata."""
+    simulate("3d", tmp_path / "3d", ranks=8, tp=2, pp=2, gpus_per_node=3, layers=2, microbatches=2, **{
+        k: v for k, v in SMALL.items() if k != "layers"})
+    docs = {r: _load(tmp_path / "3d" / f"rank{r}.pt.trace.json.gz") for r in range(8)}
+    for r, doc in docs.items():
+        cfg = doc["distributedInfo"]["pg_config"]
+        assert [c["pg_desc"] for c in cfg] == ["default_pg", "undefined", "undefined", "undefined"]
+        assert {e["args"]["device"] for e in doc["traceEvents"] if e.get("cat") == "kernel"} == {r % 3}
+        assert len(doc["deviceProperties"]) == 3
+    simulate("moe", tmp_path / "moe", ranks=4, hot_rank=2, **SMALL)
+    ev = _load(tmp_path / "moe" / "rank0.pt.trace.json.gz")["traceEvents"]
+    a2a = [e for e in ev if e.get("cat") == "kernel" and e["args"].get("Collective name") == "all_to_allv"]
+    assert a2a and all(e["name"].startswith("ncclDevKernel_SendRecv") for e in a2a)
+    assert all(e["args"]["In split size"] == "[" + ", ".join([str(e["args"]["In msg nelems"] // 4)] * 4) + "]"
+               for e in a2a)
+    assert any(e.get("name") == "c10d::alltoall_base_" for e in ev)
+    for impl, marker in (("multimem", "multimem_one_shot_all_reduce_kernel"), ("vllm", "cross_device_reduce_1stage")):
+        out = tmp_path / impl
+        simulate("custom_allreduce", out, ranks=2, tp=2, allreduce_kernel=impl, **SMALL)
+        ev = _load(out / "rank0.pt.trace.json.gz")["traceEvents"]
+        custom = [e for e in ev if e.get("cat") == "kernel" and marker in e["name"]]
+        assert custom and all(e["args"]["Collective name"] == "allreduce" and e["args"]["Group size"] == 2
+                              for e in custom)
+        corr = {e["args"]["correlation"] for e in custom}
+        launches = [e for e in ev if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") in corr]
+        ext = {e["args"]["External id"] for e in launches}
+        parents = {e["name"] for e in ev if e.get("cat") == "cpu_op" and e["args"].get("External id") in ext}
+        assert parents == {"record_param_comms"}
+
+
+def test_new_scenarios_are_deterministic(tmp_path: Path) -> None:
+    for name, kn in (("moe", {"ranks": 2}), ("3d", {"ranks": 4, "tp": 1, "pp": 2})):
+        a = simulate(name, tmp_path / f"{name}a", **kn, **SMALL)
+        b = simulate(name, tmp_path / f"{name}b", **kn, **SMALL)
+        assert a == b
+        for f in ("rank0.pt.trace.json.gz", "truth.json"):
+            assert (tmp_path / f"{name}a" / f).read_bytes() == (tmp_path / f"{name}b" / f).read_bytes()

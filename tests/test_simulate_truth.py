@@ -1,4 +1,4 @@
-"""Ground-truth arithmetic of the simulator: interval sweeps, breakdown identity, bubble theory, blame."""
+"""Ground-truth arithmetic of the simulator: interval sweeps, breakdown identity, bubble theory, blame, step ledger, layout."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from traceread.simulate import simulate
 from traceread.simulate.devices import DEVICES, launch_stats
-from traceread.simulate.scenarios import pipeline_order
-from traceread.simulate.truth import breakdown, sm_efficiency, union_len
+from traceread.simulate.ledger_truth import CATEGORIES, JobLedger, LedgerModel, Seg, job_segments
+from traceread.simulate.scenarios import SCENARIO_DEFAULTS, Knobs, build, pipeline_order
+from traceread.simulate.truth import breakdown, sm_efficiency, step_windows, union_len
 
 SMALL = {"layers": 1, "hidden": 1024, "heads": 8, "seq_len": 512, "steps": 2}
 
@@ -228,3 +229,249 @@ def test_clock_offsets_per_host(tmp_path: Path) -> None:
     truth = simulate("ddp", tmp_path, ranks=4, hosts=2, skew_us=750.0, **SMALL)
     assert truth["clock_offsets_us"] == {"0": 0.0, "1": 0.0, "2": 750.0, "3": 750.0}
     assert truth["stragglers"] == []
+
+
+# ---- ledger and layout truth (issue #10) --------------------------------------------------------------
+
+
+#: every scenario, small enough to run in well under a second each
+LEDGER_CASES: dict[str, dict] = {
+    "ddp": {**SMALL, "ranks": 4, "stragglers": [(2, 800.0, "gpu")]},
+    "ddp_fsdp": {**SMALL, "ranks": 4, "comm": "fsdp", "layers": 3},
+    "tp": {**SMALL, "ranks": 4, "tp": 2},
+    "pp": {**SMALL, "ranks": 3, "microbatches": 3, "batch": 1, "layers": 3},
+    "slow_steps": {**SMALL, "ranks": 2, "slow_steps": [(11, "dataloader", 3000.0)]},
+    "skew": {**SMALL, "ranks": 4, "hosts": 2, "skew_us": 500.0},
+    "3d": {**SMALL, "ranks": 8, "tp": 2, "pp": 2, "gpus_per_node": 3, "layers": 2, "microbatches": 2},
+    "fsdp_exposed": {**SMALL, "ranks": 4, "layers": 3},
+    "moe": {**SMALL, "ranks": 4, "hot_rank": 1},
+    "custom_allreduce": {**SMALL, "ranks": 4, "tp": 2},
+    "host_bound": {**SMALL, "ranks": 2, "loader_us": 2000.0},
+}
+
+
+def _scenario(case: str) -> str:
+    return {"ddp_fsdp": "ddp", "skew": "ddp"}.get(case, case)
+
+
+@pytest.fixture(scope="module")
+def ledger_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return {case: simulate(_scenario(case), tmp_path_factory.mktemp(case), **kn) for case, kn in LEDGER_CASES.items()}
+
+
+def _built(case: str):  # type: ignore[no-untyped-def]
+    kn = {**SCENARIO_DEFAULTS.get(_scenario(case), {}), **LEDGER_CASES[case]}
+    return build(_scenario(case), Knobs(**kn))
+
+
+@pytest.mark.parametrize("case", list(LEDGER_CASES))
+def test_ledger_identity_exact_in_ns_per_rank_and_job(case: str) -> None:
+    """Rank ledgers and the job ledger of every step sum to the step window exactly (whole ns)."""
+    built = _built(case)
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    for split in (True, False):
+        segs = job_segments(built, windows, split=split)
+        for r, per in segs.items():
+            for step, ss in per.items():
+                s, e = windows[r][step]
+                assert sum(g.t1 - g.t0 for g in ss) == e - s
+                assert all(g.t1 > g.t0 for g in ss)
+                assert [g.t0 for g in ss] == sorted(g.t0 for g in ss)
+                assert ss[0].t0 == s and ss[-1].t1 == e and all(a.t1 == b.t0 for a, b in zip(ss, ss[1:]))
+                assert {g.category for g in ss} <= set(CATEGORIES)
+    job = JobLedger(job_segments(built, windows), windows, built.knobs.ranks)
+    for step in built.knobs.step_numbers():
+        crit, parts = job.step_ns(step)
+        s, e = windows[crit][step]
+        assert sum(parts.values()) == e - s
+        assert e - s == max(w[step][1] - w[step][0] for w in windows.values())
+
+
+@pytest.mark.parametrize("case", list(LEDGER_CASES))
+def test_ledger_json_shape_and_agreement_with_the_breakdown(case: str, ledger_runs: dict[str, dict]) -> None:
+    """The ledger refines the independent interval breakdown of the same step: compute categories sum to
+    |COMP|, exposed_memcpy equals |MEMCPY − COMP − COMM|; the one-rank view differs only in waits."""
+    truth = ledger_runs[case]
+    for r, rt in truth["ranks"].items():
+        assert set(rt["ledger"]) == {str(s) for s in truth["steps"]}
+        for st in rt["steps"]:
+            led, loc = rt["ledger"][str(st["step"])], rt["ledger_local"][str(st["step"])]
+            for part in (led, loc):
+                assert sum(part.values()) == pytest.approx(st["duration_us"], abs=1e-6)
+                assert all(v > 0 for v in part.values())
+                for key in part:
+                    cat, _, role = key.partition(":")
+                    assert cat in CATEGORIES
+                    assert bool(role) == (cat in ("comm_wait", "comm_transfer", "bubble"))
+                    assert role in ("", "dp", "fsdp", "tp", "cp", "pp", "ep", "other")
+            comp = sum(led.get(c, 0.0) for c in ("compute_bound", "memory_bound", "compute_other"))
+            assert comp == pytest.approx(st["compute_us"], abs=1e-6)
+            assert led.get("exposed_memcpy", 0.0) == pytest.approx(st["exposed_memcpy_us"], abs=1e-6)
+            assert not any(k.startswith("comm_wait") for k in loc)
+            for key in set(led) | set(loc):
+                if not key.startswith(("comm_", "bubble")):
+                    assert led.get(key) == loc.get(key)
+            waits = lambda d: sum(v for k, v in d.items() if k.startswith(("comm_", "bubble")))  # noqa: E731
+            assert waits(led) == pytest.approx(waits(loc), abs=1e-6)
+    job = truth["ledger"]
+    assert set(job) == {"step", "step_us", "critical_rank", "parts"}
+    assert job == truth["ledger_by_step"][str(job["step"])]
+    assert sum(p["us"] for p in job["parts"]) == pytest.approx(job["step_us"], abs=1e-6)
+    for p in job["parts"]:
+        assert set(p) == {"category", "role", "rank", "us"} and p["us"] > 0
+        assert (p["role"] is None) == (p["category"] not in ("comm_wait", "comm_transfer", "bubble"))
+    crits = sorted((truth["ledger_by_step"][str(s)]["step_us"], s) for s in truth["steps"])
+    assert job["step"] == crits[(len(crits) - 1) // 2][1]
+
+
+def test_job_ledger_gives_waits_to_the_late_peer(ledger_runs: dict[str, dict]) -> None:
+    """DDP with a GPU straggler: the waiting ranks' comm_wait becomes the straggler's compute."""
+    truth = ledger_runs["ddp"]
+    waits = {r: sum(v for k, v in rt["ledger"][str(truth["ledger"]["step"])].items() if k.startswith("comm_wait"))
+             for r, rt in truth["ranks"].items()}
+    assert waits["2"] < min(v for r, v in waits.items() if r != "2")
+    job = truth["ledger"]
+    if job["critical_rank"] != 2:
+        straggler = sum(p["us"] for p in job["parts"] if p["rank"] == 2 and p["category"].startswith("compute"))
+        assert straggler > 0
+        assert not any(p["category"] == "comm_wait" for p in job["parts"])
+
+
+def test_host_bound_truth(ledger_runs: dict[str, dict]) -> None:
+    truth = ledger_runs["host_bound"]
+    for rt in truth["ranks"].values():
+        for led in rt["ledger"].values():
+            assert led["host_bound"] > 2000.0  # the loader's 2 ms, plus the launch path before the H2D copy
+            assert led["host_bound"] == max(led.values())
+    top = max(truth["ledger"]["parts"], key=lambda p: p["us"])
+    assert top["category"] == "host_bound"
+
+
+def test_moe_hot_expert_rank_makes_others_wait_in_all_to_all(ledger_runs: dict[str, dict]) -> None:
+    truth = ledger_runs["moe"]
+    step = str(truth["ledger"]["step"])
+    ep_wait = {int(r): rt["ledger"][step].get("comm_wait:ep", 0.0) for r, rt in truth["ranks"].items()}
+    assert ep_wait[1] < min(v for r, v in ep_wait.items() if r != 1)
+    hot_compute = sum(p["us"] for p in truth["ledger"]["parts"] if p["rank"] == 1 and p["category"].startswith("comp"))
+    assert hot_compute > 0
+    roles = {g["desc"]: g["role"] for g in truth["layout"]["groups"]}
+    assert roles == {"default_pg": "dp", "undefined": "ep"}
+    assert truth["layout"]["degrees"]["ep"] == 4
+
+
+def test_fsdp_without_prefetch_exposes_the_all_gather(ledger_runs: dict[str, dict]) -> None:
+    def fsdp_comm(truth: dict) -> float:
+        led = truth["ranks"]["0"]["ledger"][str(truth["ledger"]["step"])]
+        return led.get("comm_wait:fsdp", 0.0) + led.get("comm_transfer:fsdp", 0.0)
+
+    assert fsdp_comm(ledger_runs["fsdp_exposed"]) > 1.5 * fsdp_comm(ledger_runs["ddp_fsdp"])
+    assert ledger_runs["fsdp_exposed"]["layout"]["degrees"]["fsdp"] == 4
+
+
+def test_custom_allreduce_is_communication(ledger_runs: dict[str, dict]) -> None:
+    truth = ledger_runs["custom_allreduce"]
+    rt = truth["ranks"]["0"]
+    assert rt["comm_kernels"] > rt["nccl_kernels"] > 0  # TP all-reduce: multimem; DP: NCCL
+    assert rt["ledger"][str(truth["ledger"]["step"])]["comm_transfer:tp"] > 0
+
+
+def test_layout_3d_tp_group_across_nodes(ledger_runs: dict[str, dict]) -> None:
+    """8 ranks = DP2 x TP2 x PP2 with 3 GPUs per node: TP group [2, 3] spans nodes 0 and 1."""
+    lay = ledger_runs["3d"]["layout"]
+    assert lay["degrees"] == {"dp": 2, "fsdp": 1, "tp": 2, "pp": 2, "cp": 1, "ep": 1}
+    assert set(lay) == {"degrees", "groups", "node_source"}
+    for g in lay["groups"]:
+        assert set(g) == {"pg", "desc", "role", "size", "ranks", "nodes", "evidence"}
+        assert g["size"] == len(g["ranks"])
+        assert g["desc"] == ("default_pg" if g["pg"] == "0" else "undefined")
+        assert g["nodes"] == sorted({r // 3 for r in g["ranks"]})
+    by_ranks = {tuple(g["ranks"]): g for g in lay["groups"]}
+    assert by_ranks[(2, 3)]["role"] == "tp" and by_ranks[(2, 3)]["nodes"] == [0, 1]
+    assert by_ranks[(0, 4)]["role"] == "pp" and by_ranks[(0, 2)]["role"] == "dp"
+    assert by_ranks[tuple(range(8))]["role"] == "other"
+    assert {r: rt["node"] for r, rt in ledger_runs["3d"]["ranks"].items()} == {str(r): r // 3 for r in range(8)}
+
+
+def test_layout_of_the_classic_scenarios(ledger_runs: dict[str, dict]) -> None:
+    deg = {case: ledger_runs[case]["layout"]["degrees"] for case in ("ddp", "ddp_fsdp", "tp", "pp")}
+    assert deg["ddp"]["dp"] == 4 and deg["ddp_fsdp"]["fsdp"] == 4 and deg["ddp_fsdp"]["dp"] == 1
+    assert (deg["tp"]["tp"], deg["tp"]["dp"]) == (2, 2)
+    assert deg["pp"]["pp"] == 3
+    assert [g["nodes"] for g in ledger_runs["skew"]["layout"]["groups"]] == [[0, 1]]
+
+
+@pytest.mark.parametrize("case", ["ddp", "pp", "3d", "moe", "host_bound", "custom_allreduce"])
+def test_ledger_sweep_agrees_with_the_rules_at_random_instants(case: str) -> None:
+    """An independent point query of the contract's rules at random instants gives the sweep's label."""
+    built = _built(case)
+    model = LedgerModel(built)
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    segs = job_segments(built, windows)
+    rng = random.Random(3)
+    for ctx in built.sim.ranks[:4]:
+        pp_steps = {o.step for o in ctx.gpu if o.comm is not None and o.comm.src_rank is not None
+                    and model.role(o) == "pp"}
+        for step, (s, e) in windows[ctx.rank].items():
+            for t in (rng.randrange(s, e) for _ in range(300)):
+                run = [o for o in ctx.gpu if o.start <= t < o.end]
+                comps = [o for o in run if o.cls == "comp"]
+                comms = [o for o in run if o.cls == "comm"]
+                if comps:
+                    bounds = {model.bound[id(o)] for o in comps}
+                    want = ("compute_bound" if "compute" in bounds else "memory_bound" if "memory" in bounds
+                            else "compute_other", None)
+                elif comms:
+                    k = min(comms, key=lambda o: (o.start, o.launch.ts))
+                    role = model.role(k)
+                    waiting = t < max(m.arrival for m in built.sim.instances[k.comm.key])
+                    want = (("bubble" if role == "pp" else "comm_wait") if waiting else "comm_transfer", role)
+                elif run:
+                    want = ("exposed_memcpy", None)
+                else:
+                    b = min([o.start for o in ctx.gpu if o.start > t] + [e])
+                    a = max([o.end for o in ctx.gpu if o.end <= t] + [s])
+                    if b >= e:
+                        want = ("idle_other", None)
+                    else:
+                        first = min((o for o in ctx.gpu if o.start == b), key=lambda o: o.launch.ts)
+                        if t < min(max(first.launch.ts, a), b):
+                            want = ("host_bound", None)
+                        else:
+                            want = ("bubble", "pp") if step in pp_steps else ("dependency", None)
+                got = next(g for g in segs[ctx.rank][step] if g.t0 <= t < g.t1)
+                assert (got.category, got.role) == want, (case, ctx.rank, step, t)
+
+
+def test_job_ledger_follows_late_peers_recursively() -> None:
+    """Rank 0 waits [10, 40) for rank 1; rank 1 computes [10, 20), waits [20, 30) for rank 2, and has no
+    step data after 30. Rank 2 is memory-bound over [20, 30). Uncovered time stays the waiter's comm_wait."""
+    segs = {
+        0: {10: [Seg(0, 10, "compute_bound"), Seg(10, 40, "comm_wait", "dp", 1), Seg(40, 50, "comm_transfer", "dp")]},
+        1: {10: [Seg(0, 20, "compute_bound"), Seg(20, 30, "comm_wait", "tp", 2)]},
+        2: {10: [Seg(0, 20, "idle_other"), Seg(20, 30, "memory_bound"), Seg(30, 45, "compute_other")]},
+    }
+    windows = {0: {10: (0, 50)}, 1: {10: (0, 30)}, 2: {10: (0, 45)}}
+    crit, parts = JobLedger(segs, windows, 3).step_ns(10)
+    assert crit == 0
+    assert dict(parts) == {("compute_bound", None, 0): 10, ("compute_bound", None, 1): 10,
+                           ("memory_bound", None, 2): 10, ("comm_wait", "dp", 0): 10,
+                           ("comm_transfer", "dp", 0): 10}
+
+
+def test_truth_never_imports_the_analysis() -> None:
+    """Truth must come from the simulator's schedule: no module of traceread.simulate imports traceread.analysis."""
+    import ast
+
+    import traceread.simulate as pkg
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith("traceread.analysis") for n in names), path
+
+
+def test_layout_nodes_are_machines_of_at_most_eight_gpus(tmp_path: Path) -> None:
+    truth = simulate("ddp", tmp_path, ranks=16, **SMALL)
+    assert truth["layout"]["groups"][0]["nodes"] == [0, 1]
+    assert [truth["ranks"][str(r)]["node"] for r in (0, 7, 8, 15)] == [0, 0, 1, 1]

@@ -172,10 +172,11 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         },
         "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
-        "straggler_heatmap": None, "nccl": nccl,
+        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
     }
     if summaries:
-        crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
+        matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
+        guarded("step ledger", warnings, lambda: crossrank.step_ledger(report, summaries, matched, clock))
         report["kernels"] = guarded("kernel table", warnings,
                                     lambda: crossrank.merge_kernels(summaries, opts.top_kernels), [])
         report["roofline"] = next((s.roofline for s in summaries if s.roofline), None)
@@ -190,4 +191,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)
+    from traceread.reports.ledger_findings import coverage
+
+    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
     return report

@@ -52,10 +52,11 @@ def merge_kernels(summaries: list[RankSummary], top: int) -> list[dict[str, Any]
         pl.when(pl.col("sm_time_lost_us").is_not_null().any()).then(pl.col("sm_time_lost_us").sum())
         .otherwise(None).alias("sm_time_lost_us"),
         pl.col("_rank").n_unique().alias("ranks"),
+        (pl.col("comm_kind").drop_nulls().first() if "comm_kind" in df.columns else pl.lit(None)).alias("comm_kind"),
     ).with_columns((pl.col("total_us") / pl.col("calls")).alias("mean_us"))
     agg = agg.sort(["total_us", "name"], descending=[True, False]).head(top)  # name breaks ties: stable output
     cols = ["name", "calls", "total_us", "mean_us", "blocks_per_sm", "occupancy_pct", "wave_efficiency_pct",
-            "sm_time_lost_us", "ranks"]
+            "sm_time_lost_us", "ranks", "comm_kind"]
     return [{c: r[c] for c in cols} for r in agg.to_dicts()]
 
 
@@ -82,14 +83,18 @@ def _network_gbps(nccl: dict[str, Any] | None, devices: dict[int, str | None]) -
 
 
 def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
-                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> None:
-    """Collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts.
+                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """Layout, collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts;
+    returns (matched collectives, clock alignment) for the step ledger (None, None without them).
 
     With a ``run.json`` (``run_info``) the clock uncertainty ``traceread collect`` measured is the
     floor of ε, the margin below which arrival differences are not blamed on anyone.
     """
     from traceread.analysis import clocks, collectives, comm_perf, pipeline, slow_steps, stragglers
+    from traceread.analysis.layout import layout_from_summaries
 
+    report["layout"] = guarded("parallel layout", warnings, lambda: layout_from_summaries(
+        summaries, hosts=hosts, nccl=report.get("nccl")).to_json())
     frames = {s.entry["rank"]: s.step_frame for s in summaries if s.step_frame.height}
     report["slow_steps"] = guarded("slow steps", warnings, lambda: slow_steps.find_slow_steps(frames), []) if frames else []
     if report["slow_steps"]:
@@ -97,10 +102,10 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
 
     extracts = [s.comm for s in summaries if s.comm.height]
     if not extracts:
-        return
+        return None, None
     matched = guarded("collective matching", warnings, lambda: collectives.match_collectives(extracts))
     if matched is None:
-        return
+        return None, None
     for m in matched.mismatches[:MAX_MISMATCH_WARNINGS]:
         warnings.append(f"collectives: {m}")
     if len(matched.mismatches) > MAX_MISMATCH_WARNINGS:
@@ -125,6 +130,25 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
         warnings.extend(f"stragglers: {n}" for n in st.notes)
     report["pipeline"] = guarded("pipeline", warnings,
                                   lambda: _pipeline(matched, summaries, clock, pipeline))
+    return matched, clock
+
+
+def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, clock: Any) -> None:
+    """The step ledger (analysis.job_ledger): ``report["ledger"]`` and each ``ranks[].ledger``."""
+    from traceread.analysis import job_ledger
+
+    segments = {s.entry["rank"]: s.ledger_segments for s in summaries if s.ledger_segments is not None}
+    if not segments:
+        return
+    # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
+    # back to send/recv → pp, all-to-all → ep, else other.
+    roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
+    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    report["ledger"] = led.job
+    for e in report["ranks"]:
+        if e["rank"] in led.per_rank:
+            e["ledger"] = led.per_rank[e["rank"]]
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:

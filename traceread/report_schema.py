@@ -60,6 +60,7 @@ class RankEntry(TypedDict, total=False):
     hfu_pct: float | None
     cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
     dropped_partial_step: int | None
+    ledger: RankLedger  # this rank's step ledger (GPU ranks only)
 
 
 class CollectiveEntry(TypedDict, total=False):
@@ -123,15 +124,70 @@ class HangEntry(TypedDict, total=False):
     evidence: list[str]
 
 
+class LedgerPart(TypedDict):
+    category: str  # compute_bound, memory_bound, compute_other, comm_transfer, comm_wait, bubble,
+    #                exposed_memcpy, host_bound, dependency, idle_other (docs/ledger.md)
+    role: str | None  # process-group role for comm_wait/comm_transfer/bubble, else null
+    rank: int  # whose time it is (job ledger: a late peer's rank where the critical path follows it)
+    us: float
+
+
+class Ledger(TypedDict, total=False):
+    """The job's step ledger: the critical rank's median step, parts summing exactly to step_us."""
+
+    step_us: float
+    step: int
+    critical_rank: int
+    parts: list[LedgerPart]
+    # extra: which late ranks the critical path followed, in which role, for how long
+    waited_on: list[dict[str, Any]]
+
+
+class RankLedger(TypedDict, total=False):
+    """One rank's ledger of the job ledger's step (or its own median step when it lacks that one)."""
+
+    step: int
+    step_us: float
+    parts: list[LedgerPart]
+
+
+class Coverage(TypedDict):
+    explained_us: float  # sum of the findings' impacts (shares of the step; the hang finding excluded)
+    step_us: float  # the job ledger's step
+
+
 class Finding(TypedDict, total=False):
     id: str  # stable kind, e.g. "exposed_comm", "straggler", "pipeline_bubble"
     title: str
-    impact_us_per_step: float
+    impact_us_per_step: float  # the finding's share of the job ledger's step (never more than the step in total)
     explanation: str
+    category: str  # the ledger category it is a share of ("hang" for a hang)
+    role: str | None  # process-group role (dp, fsdp, tp, pp, cp, ep, other) where one applies
     # extras
     impact_pct: float | None
     evidence: list[str]
     suggestions: list[str]
+    rank: int | None  # the rank the share belongs to, where one applies
+    predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
+
+
+class LayoutGroup(TypedDict):
+    """One process group and what it is for (traceread.analysis.layout, docs/layout.md)."""
+
+    pg: str  # process group name (torch's pg_name, e.g. "0" for the default group)
+    desc: str | None  # pg_desc as recorded (mesh_tp, TENSOR_MODEL_PARALLEL_GROUP, undefined, ...)
+    role: str  # dp | fsdp | tp | cp | pp | ep | other
+    size: int
+    ranks: list[int]  # global ranks of its members
+    nodes: list[int]  # node ids (0.., numbered by lowest rank) its members sit on; [] when unknown
+    evidence: str  # why this role, and where the nodes came from
+
+
+class Layout(TypedDict):
+    """The job's parallel layout: degree of each dimension (1 when absent) and every process group."""
+
+    degrees: dict[str, int]  # {dp, fsdp, tp, pp, cp, ep}
+    groups: list[LayoutGroup]
 
 
 class Report(TypedDict, total=False):
@@ -145,6 +201,9 @@ class Report(TypedDict, total=False):
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
     findings: list[Finding]
+    layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
+    ledger: Ledger | None  # None without GPU steps (CPU-only traces)
+    coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
     kernels: list[dict[str, Any]]  # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]

@@ -42,6 +42,7 @@ class RankSummary:
     warnings: list[str] = field(default_factory=list)
     stage_activity: pl.DataFrame | None = None  # pipeline.stage_activity, for ranks with p2p transfers
     timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
+    ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
 
     def set_rank(self, rank: int) -> None:
         """Renumber the rank everywhere it is written (entry and every frame with a ``rank`` column)."""
@@ -238,6 +239,10 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
 
     host_self = guarded(f"rank {rt.rank}: host activity", warnings,
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
+    from traceread.analysis import ledger
+
+    segments = guarded(f"rank {rt.rank}: step ledger", warnings,
+                       lambda: ledger.rank_segments(rt, wtab, ops)) if rt.gpu.height else None
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))
@@ -245,7 +250,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         entry=entry, meta=rt.meta, file=rt.file, comm=comm, windows=wtab, step_frame=sf,
         kernels=_kernels(rt, windows, warnings),
         roofline=_with_scale(_roofline(rt, ops, spec, reason, warnings), entry) if detail else None,
-        warnings=warnings, host_self=host_self,
+        warnings=warnings, host_self=host_self, ledger_segments=segments,
         stage_activity=_stage_activity(rt, comm, wtab, warnings),
         timeline=guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
     )
@@ -262,10 +267,13 @@ def _stage_activity(rt: RankTrace, comm: pl.DataFrame, wtab: pl.DataFrame, warni
 
 
 def slim_meta(meta: RankMeta) -> RankMeta:
-    """Only what rank assignment and the job checks need travels to the driver (``pg_config`` lists
-    every member of every group: megabytes per rank on a 1024-rank job)."""
+    """Only what rank assignment, the job checks and the layout need travels to the driver
+    (``pg_config`` lists every member of every group: megabytes per rank on a 1024-rank job; the
+    layout keeps it as compact rank ranges)."""
+    from traceread.analysis.layout import compact_groups
+
     dist = meta.distributed_info or {}
     meta.distributed_info = {k: dist[k] for k in ("rank", "world_size", "backend", "nccl_version") if k in dist}
-    meta.pg_config = []
+    meta.pg_config = compact_groups(meta.pg_config)
     return meta
 

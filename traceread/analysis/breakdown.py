@@ -3,7 +3,8 @@
 Definitions (µs; TraceLens ``GPUEventAnalyser`` / HTA temporal breakdown, with exposed parts made
 explicit). GPU events are the rank's kernels, memcpys and memsets (``RankTrace.gpu``; CUDA sync rows
 are not GPU work and are not in that table). Each is the interval ``[ts, ts + dur)`` clipped to the
-window; classes come from :mod:`traceread.classify` (COMM = NCCL/RCCL kernels, MEMCPY = memcpy,
+window; classes come from :mod:`traceread.analysis.commkind` (COMM = communication kernels, by name
+or launching operator: NCCL/RCCL, symmetric memory, custom all-reduce, NVSHMEM/DeepEP, MSCCL++; MEMCPY = memcpy,
 COMP = every other kernel and every memset). ``∪`` is the union over *all streams*, so two kernels
 running at once count once.
 
@@ -35,7 +36,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.steps import StepWindows
-from traceread.classify import gpu_class_expr
+from traceread.analysis.commkind import gpu_classes
 from traceread.model import RankTrace
 
 BREAKDOWN_FIELDS = (
@@ -104,10 +105,10 @@ class ClassSets:
     hi: float  # last GPU end, µs
 
     @classmethod
-    def of(cls, gpu: pl.DataFrame) -> ClassSets:
+    def of(cls, gpu: pl.DataFrame, host: pl.DataFrame | None = None) -> ClassSets:
         lo = float(gpu["ts"].min()) if gpu.height else 0.0  # type: ignore[arg-type]
         hi = float(gpu["end"].max()) if gpu.height else 0.0  # type: ignore[arg-type]
-        classes = gpu.select(gpu_class_expr(), "ts", "end")
+        classes = gpu.select("ts", "end").with_columns(gpu_classes(gpu, host))
         sets = {}
         for name in ("comp", "comm", "memcpy"):
             part = classes.filter(pl.col("gpu_class") == name)
@@ -161,7 +162,7 @@ def rank_breakdown(rt: RankTrace, window: tuple[float, float] | None = None) -> 
     gpu = device_gpu_rows(rt)
     if gpu.height == 0:
         return Breakdown()
-    return ClassSets.of(gpu).breakdown(window)
+    return ClassSets.of(gpu, rt.host).breakdown(window)
 
 
 STEP_BREAKDOWN_SCHEMA: dict[str, pl.DataType] = {
@@ -178,7 +179,7 @@ def step_breakdowns(rt: RankTrace, steps: StepWindows) -> pl.DataFrame:
     gpu = device_gpu_rows(rt)
     if gpu.height == 0 or steps.table.height == 0:
         return pl.DataFrame(schema=STEP_BREAKDOWN_SCHEMA)
-    sets = ClassSets.of(gpu)
+    sets = ClassSets.of(gpu, rt.host)
     rows: dict[str, list[float | None]] = {name: [] for name in BREAKDOWN_FIELDS}
     for start, end in zip(steps.table["start"].to_list(), steps.table["end"].to_list()):
         b = sets.breakdown((start, end))

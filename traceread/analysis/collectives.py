@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
-from traceread.classify import COMM_KERNEL_PATTERN
+from traceread.analysis.commkind import collective_of_kernel, comm_mask
 from traceread.model import RankTrace
 
 #: Columns of one rank's extract (see :func:`comm_events`). Times are µs on that rank's clock.
@@ -208,7 +208,8 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
     if rt.meta.device_id is not None and gpu.height and gpu["device"].null_count() < gpu.height:
         gpu = gpu.filter(pl.col("device").is_null() | (pl.col("device") == rt.meta.device_id))  # its own GPU
     host = rt.host
-    comm = gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(COMM_KERNEL_PATTERN))
+    is_comm = comm_mask(gpu, host)
+    comm = gpu.filter(is_comm)
     if comm.height:
         launch_rows = comm["launch_row"].to_list()
         host_ts = host["ts"].to_numpy() if host.height else np.empty(0)
@@ -226,7 +227,7 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
             anc = _ancestor_op(host, starts)
             names = comm["name"].to_list()
             for i, (a, n, d) in zip(missing, anc):
-                op_from_args[i] = a or normalize_op(names[i]) or "unknown"
+                op_from_args[i] = a or collective_of_kernel(names[i]) or normalize_op(names[i]) or "unknown"
                 if in_n[i] is None and n is not None and op_from_args[i] in ("allreduce", "broadcast", "reduce",
                                                                               "alltoall"):
                     in_n[i], out_n[i], dtypes[i] = n, n, d
@@ -255,7 +256,7 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
             step = _step_of(frame["ts"].to_numpy(), step_windows, "start", "end")
         else:
             step = np.full(frame.height, -1, dtype=np.int64)
-        comp = gpu.filter((pl.col("kind") != "memcpy") & ~pl.col("name").str.contains(COMM_KERNEL_PATTERN))
+        comp = gpu.filter((pl.col("kind") != "memcpy") & ~is_comm)
         busy = _busy_function(comp)
         frame = frame.with_columns(
             pl.Series("step", step, dtype=pl.Int64),

@@ -27,19 +27,16 @@ from typing import Any
 import polars as pl
 
 from traceread import intervals as iv
+from traceread.analysis.commkind import comm_op_expr
 from traceread.model import RankTrace
 
 SPAN_CATS = ("cpu_op", "user_annotation", "python_function")
 
 
 def comm_span_expr() -> pl.Expr:
-    """True for host rows that are a CPU collective (gloo / c10d / record_param_comms)."""
-    name = pl.col("name")
-    return (
-        ((pl.col("cat") == "user_annotation") & name.str.starts_with("gloo:"))
-        | ((pl.col("cat") == "cpu_op") & name.str.starts_with("c10d::"))
-        | (name == "record_param_comms")
-    )
+    """True for host rows that are a CPU collective (gloo / c10d / record_param_comms ...: the one
+    definition of communication operators, :mod:`traceread.analysis.commkind`)."""
+    return pl.col("cat").is_in(["user_annotation", "cpu_op"]) & comm_op_expr()
 
 
 def _merge(df: pl.DataFrame) -> iv.Intervals:

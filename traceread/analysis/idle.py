@@ -6,11 +6,16 @@ queued and the gap is tiny, it is launch/scheduling latency between back-to-back
 
 Classification of one idle gap ``[g0, g1)`` (HTA ``get_idle_time_breakdown``, µs):
 
-* **host_bound** — the runtime call that launched the activity ending the gap started after the
-  gap began (``host.ts[launch_row] > g0``): the GPU had nothing queued.
-* **kernel_gap** — otherwise, when the whole gap is shorter than ``kernel_gap_threshold_us``
-  (default 30 µs — HTA's ``consecutive_kernel_delay``; its docs say "30 ns" but its data are µs).
-* **other** — the rest (long gaps with the work already queued: stream/event waits, syncs, ...).
+* **host_bound** — only the part of the gap before the runtime call that launched the activity
+  ending it started: ``[g0, clamp(L, g0, g1))`` with ``L = host.ts[launch_row]``. Until then the
+  GPU had nothing queued and the CPU was behind; once the work was launched, the rest of the gap
+  is waiting on something else (a dependency, an event, a pipeline peer), never the host. This is
+  the step ledger's ``host_bound`` (:mod:`traceread.analysis.ledger`). HTA calls the whole gap
+  host-bound; so does the per-stream view below, which reproduces HTA.
+* **kernel_gap** — the rest of the gap ``[clamp(L, g0, g1), g1)`` when it is shorter than
+  ``kernel_gap_threshold_us`` (default 30 µs — HTA's ``consecutive_kernel_delay``; its docs say
+  "30 ns" but its data are µs): launch/scheduling latency between back-to-back kernels.
+* **other** — the rest of longer gaps (work already queued: stream/event waits, syncs, ...).
 
 Activities without a launch link (the profiler lost their runtime event) cannot be host_bound; they
 fall to the threshold test. (HTA instead joins them to trace row 0 and so usually calls them
@@ -92,7 +97,8 @@ def _sum_by_class(
 def _whole_gpu_gaps(
     ts: np.ndarray, end: np.ndarray, launch: np.ndarray, threshold: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gaps of the all-stream union (incl. before the first and after the last activity)."""
+    """Pieces of the gaps of the all-stream union (incl. before the first and after the last
+    activity): for each gap its host-bound part and its rest, as (starts, ends, class)."""
     s, e = iv.merge(ts, end)
     # Gap k ends where merged block k starts; its start is the previous block's end.
     g_start = np.concatenate(([-np.inf], e))
@@ -106,10 +112,16 @@ def _whole_gpu_gaps(
     next_launch = np.full(s.size, np.nan)
     next_launch[starts_here] = launch[order][first[starts_here]]
     next_launch = np.concatenate((next_launch, [np.nan]))
-    g_len = g_end - g_start
-    cls = _classify(g_start, g_len, next_launch, threshold)
-    cls[-1] = OTHER  # after the last activity: nothing ended the gap
-    return g_start, g_end, cls
+    # Host-bound only until the launch: the gap is cut there and the rest classified by its length.
+    with np.errstate(invalid="ignore"):
+        cut = np.where(np.isnan(next_launch), g_start, np.clip(next_launch, g_start, g_end))
+    cut[-1] = g_start[-1]  # after the last activity: nothing ended the gap
+    rest_cls = np.where(g_end - cut < threshold, KERNEL_GAP, OTHER)
+    rest_cls[-1] = OTHER
+    starts = np.concatenate((g_start, cut))
+    ends = np.concatenate((cut, g_end))
+    cls = np.concatenate((np.full(g_start.size, HOST_BOUND), rest_cls))
+    return starts, ends, cls
 
 
 def idle_breakdown(

@@ -36,6 +36,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.breakdown import device_gpu_rows
+from traceread.analysis.commkind import comm_kinds
 from traceread.analysis.steps import device_steps
 from traceread.model import RankTrace
 
@@ -165,6 +166,7 @@ KERNEL_TABLE_SCHEMA: dict[str, pl.DataType] = {
     "occupancy_pct": pl.Float64,
     "wave_efficiency_pct": pl.Float64,
     "sm_time_lost_us": pl.Float64,
+    "comm_kind": pl.Utf8,  # communication family (analysis.commkind), null for compute kernels
 }
 
 
@@ -190,6 +192,9 @@ def kernel_table(rt: RankTrace, num_sms: int | None = None) -> pl.DataFrame:
       inferred per kernel as round(grid blocks ÷ Kineto's blocks/SM)). Duration-weighted.
     * ``sm_time_lost_us`` — Σ dur × (1 − min(blocks_per_sm, 1)): kernel time during which SMs had
       no block of this kernel at all (ignores concurrency with other kernels).
+    * ``comm_kind`` — the communication family (:mod:`traceread.analysis.commkind`). Communication
+      kernels use few SMs by design (they are sized to the link), so their ``wave_efficiency_pct``
+      and ``sm_time_lost_us`` are null: they are never judged by SM use.
     """
     k, _source = kernels_with_geometry(rt, num_sms)
     if k.height == 0:
@@ -199,14 +204,14 @@ def kernel_table(rt: RankTrace, num_sms: int | None = None) -> pl.DataFrame:
         s_expr = pl.lit(float(sms))
     else:
         s_expr = pl.when(pl.col("bps") > 0).then((pl.col("blocks") / pl.col("bps")).round(0)).otherwise(None)
-    k = k.with_columns(s_expr.alias("_sms"))
+    k = k.with_columns(s_expr.alias("_sms"), comm_kinds(k, rt.host))
     waves = (pl.col("blocks") / pl.col("_sms")).ceil()
     k = k.with_columns(
-        pl.when((pl.col("blocks") > 0) & (pl.col("_sms") > 0))
+        pl.when((pl.col("blocks") > 0) & (pl.col("_sms") > 0) & pl.col("comm_kind").is_null())
         .then(pl.col("blocks") / (waves * pl.col("_sms")) * 100.0)
         .otherwise(None)
         .alias("_wave"),
-        pl.when(pl.col("bps").is_not_null())
+        pl.when(pl.col("bps").is_not_null() & pl.col("comm_kind").is_null())
         .then(pl.col("dur") * (1.0 - pl.min_horizontal(pl.col("bps"), pl.lit(1.0))))
         .otherwise(None)
         .alias("_lost"),
@@ -219,6 +224,7 @@ def kernel_table(rt: RankTrace, num_sms: int | None = None) -> pl.DataFrame:
         _weighted("occupancy_pct").alias("occupancy_pct"),
         _weighted("_wave").alias("wave_efficiency_pct"),
         pl.when(pl.col("_lost").is_not_null().any()).then(pl.col("_lost").sum()).otherwise(None).alias("sm_time_lost_us"),
+        pl.col("comm_kind").first(),
     )
     return (
         out.select(list(KERNEL_TABLE_SCHEMA))

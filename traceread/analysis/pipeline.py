@@ -36,7 +36,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.collectives import Matched
-from traceread.classify import COMM_KERNEL_PATTERN
+from traceread.analysis.commkind import comm_mask
 from traceread.model import RankTrace
 from traceread.report_schema import PipelineEntry
 
@@ -171,7 +171,7 @@ def stage_activity(rt: RankTrace, step_windows: Any) -> pl.DataFrame:
     chart the compute split by launching thread (kind "fwd" | "bwd") when the trace allows."""
     table = step_windows.table if hasattr(step_windows, "table") else step_windows
     gpu = rt.gpu.filter(pl.col("kind") != "memcpy")
-    is_comm = gpu["name"].str.contains(COMM_KERNEL_PATTERN).to_numpy()
+    is_comm = comm_mask(gpu, rt.host).to_numpy()
     opt = _optimizer_launch_mask(rt, gpu)
     comp = gpu.filter(pl.Series(~is_comm & ~opt))
     comm = gpu.filter(pl.Series(is_comm))

@@ -41,7 +41,7 @@ from traceread.analysis.flops import (
     is_supported,
     op_cost,
 )
-from traceread.classify import COMM_KERNEL_PATTERN
+from traceread.analysis.commkind import comm_mask
 from traceread.model import RankTrace
 
 #: Maximum number of aggregated ops kept in the report document.
@@ -215,7 +215,7 @@ def _kernel_groups(rt: RankTrace, owner: np.ndarray) -> pl.DataFrame:
     g = g.filter(
         pl.col("kind").is_in(["kernel", "memset"])
         & pl.col("op_row").is_not_null()
-        & ~((pl.col("kind") == "kernel") & pl.col("name").str.contains(COMM_KERNEL_PATTERN))
+        & ~comm_mask(g, rt.host)
     ).select("op_row", "ts", "end", "dur", "name")
     op_rows = g["op_row"].to_numpy()
     valid = (op_rows >= 0) & (op_rows < owner.size)
@@ -509,10 +509,7 @@ def family_totals(ops: pl.DataFrame, device: DeviceSpec | None) -> list[dict[str
 
 def _coverage(rt: RankTrace, ops: pl.DataFrame) -> tuple[float, float]:
     """Union of the modelled ops' kernels, and union of all compute kernels + memsets (µs)."""
-    g = rt.gpu.filter(
-        pl.col("kind").is_in(["kernel", "memset"])
-        & ~((pl.col("kind") == "kernel") & pl.col("name").str.contains(COMM_KERNEL_PATTERN))
-    )
+    g = rt.gpu.filter(pl.col("kind").is_in(["kernel", "memset"]) & ~comm_mask(rt.gpu, rt.host))
     total = intervals.length(intervals.merge(g["ts"].to_numpy(), g["end"].to_numpy())) if g.height else 0.0
     if ops.height == 0 or g.height == 0:
         return 0.0, total

@@ -11,8 +11,8 @@ them for nearly every rank of a synchronous job, whose ranks wait for each other
   doubled until the step has at most :data:`MAX_ROWS_PER_STEP` rows; communication is never
   merged across collectives, so every collective keeps its own start);
 * ``stream == -1`` rows for the GPU's idle gaps (nothing on any stream), ``kind`` ``host_bound``
-  when the work ending the gap was launched after it began (:mod:`traceread.analysis.idle`'s
-  class), else ``idle``.
+  for the part of a gap before the work ending it was launched (:mod:`traceread.analysis.idle`'s
+  class, the step ledger's rule), else ``idle``.
 
 Reduce (:func:`job_timeline`): picks the job's median and slowest step, samples ranks for big jobs
 (stragglers, the ranks that arrive last, one per pipeline stage, slowest and fastest), moves times

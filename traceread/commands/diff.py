@@ -71,6 +71,15 @@ def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, An
     return out
 
 
+def _finding_key(f: dict[str, Any]) -> str:
+    """A finding's identity across two reports: its id, plus the role where several share an id
+    (ledger findings: one exposed-communication finding per role, one straggler per rank)."""
+    parts = [str(f["id"]), *(str(f[k]) for k in ("role",) if f.get(k))]
+    if f["id"] == "straggler" and f.get("rank") is not None:
+        parts.append(f"rank{f['rank']}")
+    return ":".join(parts)
+
+
 def _side(rep: dict[str, Any]) -> dict[str, Any]:
     """What one side is: paths, ranks, steps, and the profiling cycle when one was chosen."""
     src = rep.get("source") or {}
@@ -112,9 +121,10 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
             "busbw_gbps": _delta(ra and med(ra["busbw_gbps"]), rb and med(rb["busbw_gbps"])),
         })
     colls.sort(key=lambda c: -abs((c["latency_us"]["delta"] or 0.0) * (c["calls_per_step"]["b"] or c["calls_per_step"]["a"] or 1.0)))
-    fa = {f["id"]: f for f in a.get("findings") or []}
-    fb = {f["id"]: f for f in b.get("findings") or []}
-    findings = [{"id": i, "title_a": fa.get(i, {}).get("title"), "title_b": fb.get(i, {}).get("title"),
+    fa = {_finding_key(f): f for f in a.get("findings") or []}
+    fb = {_finding_key(f): f for f in b.get("findings") or []}
+    findings = [{"id": (fa.get(i) or fb[i])["id"], "key": i,
+                 "title_a": fa.get(i, {}).get("title"), "title_b": fb.get(i, {}).get("title"),
                  **_delta(fa.get(i, {}).get("impact_us_per_step"), fb.get(i, {}).get("impact_us_per_step"))}
                 for i in sorted(set(fa) | set(fb))]
     return {
@@ -198,7 +208,7 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
             rows.append(_fmt_row(f"{c['name']}{size} busbw GB/s", c["busbw_gbps"], unit="num"))
         table("Collectives", rows)
     if d["findings"]:
-        table("Findings — time lost per step", [_fmt_row(f["id"], f) for f in d["findings"]])
+        table("Findings — time lost per step", [_fmt_row(f.get("key") or f["id"], f) for f in d["findings"]])
     return clean_lines(buf.getvalue())
 
 

@@ -9,7 +9,7 @@ import click
 from traceread.errors import TraceReadError
 from traceread.reports.sanitize import clean
 
-SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps")
+SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
 
 
 def _straggler(value: str) -> int:
@@ -65,7 +65,19 @@ def _slow_step(value: str) -> tuple[int, str, float]:
               help="STEP:CAUSE:US with CAUSE dataloader|gc|checkpoint (repeatable).")
 @click.option("--hosts", default=1, show_default=True, help="Hosts the ranks are spread over (consecutive blocks).")
 @click.option("--skew-us", default=0.0, show_default=True, help="Clock offset of host h = h x SKEW µs.")
-def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
+@click.option("--gpus-per-node", default=None, type=int,
+              help="Ranks per node (consecutive); 3d default 6, so one TP group spans two nodes.")
+@click.option("--pp", default=2, show_default=True, help="3d: pipeline stages (dp = ranks / (tp x pp)).")
+@click.option("--no-prefetch", "prefetch", flag_value=False, default=True,
+              help="ddp --comm fsdp: no all-gather prefetch (fsdp_exposed sets it).")
+@click.option("--hot-rank", default=None, type=int, help="moe: the overloaded expert rank (default 3).")
+@click.option("--hot-factor", default=3.0, show_default=True, help="moe: tokens of the hot expert x fair share.")
+@click.option("--allreduce-kernel", default="nccl", show_default=True, type=click.Choice(["nccl", "multimem", "vllm"]),
+              help="tp: TP all-reduce kernel (custom_allreduce default: multimem).")
+@click.option("--loader-us", default=0.0, show_default=True,
+              help="Extra data-loader time on the host every step (host_bound default 6000).")
+@click.pass_context
+def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
              straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
              slow_steps: list[tuple[int, str, float]], device: str, **knobs: object) -> None:
     """Write a simulated multi-rank GPU training run with exact ground truth.
@@ -76,7 +88,8 @@ def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler
     per-collective waits, straggler blame, pipeline bubble, slow steps, clock offsets).
 
     \b
-    Scenarios: ddp, tp, pp, slow_steps.
+    Scenarios: ddp, tp, pp, slow_steps, 3d, fsdp_exposed, moe, custom_allreduce, host_bound
+    (each has its own defaults; options you give override them).
     \b
     Examples:
       traceread simulate ddp -o /tmp/ddp --straggler 5 --straggler-delay-us 3000
@@ -87,9 +100,17 @@ def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler
       traceread simulate pp -o /tmp/ppi --ranks 4 --microbatches 8 --schedule interleaved --chunks 2
       traceread simulate slow_steps -o /tmp/slow --steps 5 --slow-step 11:dataloader:30000
       traceread simulate ddp -o /tmp/skew --hosts 2 --skew-us 800
+      traceread simulate 3d -o /tmp/3d                 # DP2 x TP4 x PP2, a TP group across 2 nodes
+      traceread simulate moe -o /tmp/moe --hot-rank 5 --hot-factor 4
+      traceread simulate custom_allreduce -o /tmp/car --allreduce-kernel vllm
+      traceread simulate host_bound -o /tmp/hb --loader-us 8000
       traceread report /tmp/ddp
     """
     from traceread.simulate import simulate as run
+
+    # only the options the user gave: a scenario's own defaults fill the rest
+    knobs = {n: v for n, v in knobs.items()
+             if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT}
 
     stragglers = []
     for i, r in enumerate(straggler_ranks):
@@ -104,7 +125,7 @@ def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler
             raise click.BadParameter(f"{stage_factors!r}: expected numbers separated by commas",
                                      param_hint="--stage-factors") from None
     if scenario == "slow_steps" and not slow_steps:
-        steps = int(knobs["steps"])  # type: ignore[call-overload]
+        steps = int(knobs.get("steps", 3))  # type: ignore[call-overload]
         slow_steps = [(10 + (1 if steps > 1 else 0), "dataloader", 30000.0)]  # steps are numbered from 10
     try:
         truth = run(scenario, out_dir, device=device.upper(), stragglers=stragglers, stage_factors=factors,
@@ -122,6 +143,12 @@ def simulate(scenario: str, out_dir: Path, straggler_ranks: list[int], straggler
     if truth["pipeline"]:
         p = truth["pipeline"]
         click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
+    led = truth["ledger"]
+    top = sorted(led["parts"], key=lambda x: -x["us"])[:3]
+    parts = ", ".join(f"{x['category']}{':' + x['role'] if x['role'] else ''} rank {x['rank']} "
+                      f"{x['us'] / 1000:.2f} ms" for x in top)
+    click.echo(f"job ledger, step {led['step']} ({led['step_us'] / 1000:.2f} ms, critical rank "
+               f"{led['critical_rank']}): {parts}")
 
 
 def _pick(values: tuple, i: int, default: object, flag: str) -> object:  # type: ignore[type-arg]

@@ -33,7 +33,9 @@ def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]
     from traceread.simulate.kineto import T0_NS, write_rank
     from traceread.simulate.truth import build_truth
 
-    k = knobs_from(**knobs)
+    from traceread.simulate.scenarios import SCENARIO_DEFAULTS
+
+    k = knobs_from(**{**SCENARIO_DEFAULTS.get(scenario, {}), **knobs})
     built = build(scenario, k)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,7 @@ def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]
                          "choose an empty folder")
     for old in stale:  # a previous simulation: replace it whole
         old.unlink()
-    per_host = k.ranks // k.hosts
+    per_host = k.per_node()
     offsets = [int(round(k.skew_us * 1000)) * (r // per_host) for r in range(k.ranks)]
     for ctx in built.sim.ranks:
         write_rank(out / f"rank{ctx.rank}.pt.trace.json.gz", ctx, built.pgs[ctx.rank], k.ranks, per_host,

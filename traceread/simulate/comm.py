@@ -9,7 +9,7 @@ all-gather / reduce-scatter (S = full tensor) and 1 for send/recv.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceread.simulate.devices import INTER_NODE_BUSBW_GBS
 from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, RankCtx, comms_id
@@ -26,6 +26,8 @@ class ProcessGroup:
     desc: str
     ranks: tuple[int, ...]
     stream: int
+    role: str = "other"  # layout truth: what the scenario uses the group for (dp, fsdp, tp, pp, ep, ...)
+    evidence: str = ""  # layout truth: how the group behaves (what an analysis can see)
 
     def config(self) -> dict[str, object]:
         return {"pg_name": self.name, "pg_desc": self.desc, "backend_config": "cuda:nccl",
@@ -54,8 +56,23 @@ def busbw_gbs(ctx: RankCtx, ranks: tuple[int, ...]) -> tuple[float, int]:
     return ctx.dev.nvlink_busbw_gbs, 12_000
 
 
-def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits: list[GpuOp], phase: str = "comm") -> GpuOp:
-    """Launch one collective on ``pg`` for this rank. ``nelems`` is the FULL tensor (unsharded) size."""
+#: Non-NCCL all-reduce kernels (launched under the same ``c10d::allreduce_`` > ``record_param_comms``):
+#: torch symmetric-memory NVLS one-shot all-reduce and vLLM's custom one-stage all-reduce.
+CUSTOM_ALLREDUCE_KERNELS = {
+    "multimem": "void c10d::symmetric_memory::multimem_one_shot_all_reduce_kernel<c10::BFloat16, 16, 8>"
+                "(c10::BFloat16*, c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long)",
+    "vllm": "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, "
+            "vllm::Signal*, __nv_bfloat16*, int, int)",
+}
+
+
+def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits: list[GpuOp], phase: str = "comm",
+               kernel: str = "nccl") -> GpuOp:
+    """Launch one collective on ``pg`` for this rank. ``nelems`` is the FULL tensor (unsharded) size.
+
+    ``kernel``: ``nccl`` (``ncclDevKernel_*``), or for all-reduce a non-NCCL kernel of
+    :data:`CUSTOM_ALLREDUCE_KERNELS` (one-shot over NVLink: every rank reads its peers' buffers).
+    """
     op_name, kname, factor = _OPS[coll]
     n = len(pg.ranks)
     if coll == "allreduce":
@@ -66,6 +83,8 @@ def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits:
         in_n, out_n = nelems, nelems // n
     full_bytes = nelems * BPE
     bw, lat = busbw_gbs(ctx, pg.ranks)
+    if kernel != "nccl":
+        factor, lat = 1.0, 6_000  # one shot: each rank reads (n-1)/n of the data once, no ring steps
     scale = factor * (n - 1) / n
     transfer = lat + int(full_bytes * scale / bw)  # bytes / (GB/s) = ns
     seq = ctx.next_coll_seq(pg.name)
@@ -78,7 +97,28 @@ def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits:
     # the name ends in RING_LL whatever the message size (the protocol is chosen at run time).
     name = f"ncclDevKernel_{kname}_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
     spec = KernelSpec(name, transfer, (_channels(ctx), 1, 1), (544, 1, 1), 96, 87_568, cls="comm")
+    if kernel != "nccl":
+        spec = KernelSpec(CUSTOM_ALLREDUCE_KERNELS[kernel], transfer, (ctx.dev.num_sms, 1, 1), (512, 1, 1), 40, 0,
+                          cls="comm")
     return _launch(ctx, op_name, pg, info, spec, waits, phase, dims=[[nelems if coll == "allreduce" else in_n]])
+
+
+def all_to_all(ctx: RankCtx, pg: ProcessGroup, nelems: int, *, waits: list[GpuOp], phase: str = "comm") -> GpuOp:
+    """``all_to_all_single`` of ``nelems`` per rank (MoE token dispatch / combine): NCCL runs it as grouped
+    send/recv, so the kernel is ``ncclDevKernel_SendRecv``; ``Collective name`` is ``all_to_allv``."""
+    n = len(pg.ranks)
+    nbytes = nelems * BPE
+    bw, lat = busbw_gbs(ctx, pg.ranks)
+    transfer = lat + int(nbytes * (n - 1) / n / bw)
+    seq = ctx.next_coll_seq(pg.name)
+    info = CommInfo(
+        key=("coll", pg.name, seq), members=n, pg_name=pg.name, pg_desc=pg.desc, pg_ranks=list(pg.ranks),
+        coll_name="all_to_allv", in_nelems=nelems, out_nelems=nelems, dtype=DTYPE, seq=seq,
+        comms_id=comms_id(pg.name, "coll", seq), transfer_ns=transfer, nbytes=nbytes,
+    )
+    spec = KernelSpec("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", transfer, (_channels(ctx), 1, 1),
+                      (544, 1, 1), 96, 87_568, cls="comm")
+    return _launch(ctx, "c10d::alltoall_base_", pg, info, spec, waits, phase, dims=[[nelems], [nelems]])
 
 
 def p2p(ctx: RankCtx, pg: ProcessGroup, kind: str, peer: int, nelems: int, tag: str, index: object, *,
@@ -101,14 +141,14 @@ def p2p(ctx: RankCtx, pg: ProcessGroup, kind: str, peer: int, nelems: int, tag: 
     spec = KernelSpec("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", transfer, (2, 1, 1), (544, 1, 1),
                       96, 87_568, cls="comm")
     op_name = "c10d::send" if kind == "send" else "c10d::recv_"
-    pg_s = ProcessGroup(pg.name, pg.desc, pg.ranks, stream)
+    pg_s = replace(pg, stream=stream)
     return _launch(ctx, op_name, pg_s, info, spec, waits, phase, dims=[[nelems]])
 
 
 def _launch(ctx: RankCtx, op_name: str, pg: ProcessGroup, info: CommInfo, spec: KernelSpec, waits: list[GpuOp],
             phase: str, dims: list[list[int]]) -> GpuOp:
     args = comm_args(info, ctx.rank)
-    with ctx.op(op_name, dims=dims + [[], []], types=["c10::BFloat16", "ScalarList", "Int"], pre=6_000, post=4_000):
+    with ctx.op(op_name, dims=dims + [[], []], types=["c10::BFloat16"] * len(dims) + ["ScalarList", "Int"], pre=6_000, post=4_000):
         if waits:
             ctx.runtime("cudaEventRecord", 135, 1_500)
             ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
@@ -139,6 +179,9 @@ def comm_args(info: CommInfo, rank: int) -> dict[str, object]:
         "Comms Id": info.comms_id,
         "Is asynchronized op": False,
     }
+    if info.coll_name == "all_to_allv":
+        split = "[" + ", ".join([str(info.in_nelems // len(ranks))] * len(ranks)) + "]"
+        args["In split size"] = args["Out split size"] = split
     if info.src_rank is not None:
         args["Src Rank"] = info.src_rank
         args["Dst Rank"] = info.dst_rank

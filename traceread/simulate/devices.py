@@ -28,6 +28,7 @@ class Device:
     mem_bw_gbs: float  # HBM, 1e9 B/s
     nvlink_busbw_gbs: float  # achievable NCCL bus bandwidth inside one node
     arch: str  # "ampere" | "hopper" | "blackwell": picks realistic GEMM kernel names
+    peak_fp32_tflops: float = 0.0  # dense FP32 vector rate: the roofline ceiling of non-matrix ops
     max_threads_per_sm: int = 2048
     regs_per_sm: int = 65536
     max_blocks_per_sm: int = 32
@@ -51,6 +52,11 @@ class Device:
             "sharedMemPerMultiprocessor": self.shared_mem_per_sm,
         }
 
+    def ridge(self, matmul: bool) -> float:
+        """Roofline ridge point (FLOP/byte): matrix ops against the bf16 tensor peak, others the FP32 rate."""
+        peak = self.peak_bf16_tflops if matmul else self.peak_fp32_tflops
+        return peak * 1e12 / (self.mem_bw_gbs * 1e9)
+
     @property
     def peak_flops(self) -> float:
         """Dense bf16 peak in FLOP/s (the MFU denominator)."""
@@ -71,6 +77,7 @@ DEVICES: dict[str, Device] = {
         mem_bw_gbs=3350.0,
         nvlink_busbw_gbs=360.0,
         arch="hopper",
+        peak_fp32_tflops=66.9,
     ),
     "A100": Device(
         key="A100",
@@ -85,6 +92,7 @@ DEVICES: dict[str, Device] = {
         mem_bw_gbs=2039.0,
         nvlink_busbw_gbs=230.0,
         arch="ampere",
+        peak_fp32_tflops=19.5,
     ),
     "B200": Device(
         key="B200",
@@ -99,6 +107,7 @@ DEVICES: dict[str, Device] = {
         mem_bw_gbs=8000.0,
         nvlink_busbw_gbs=720.0,
         arch="blackwell",
+        peak_fp32_tflops=75.0,
     ),
 }
 

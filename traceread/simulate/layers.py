@@ -349,6 +349,7 @@ class Emitter:
                                                     "Scalar", "", ""], pre=8_000):
                 flops, nbytes = 12 * params, 16 * params
                 rec = self._rec("aten::_fused_adamw_", [[params]], flops, nbytes, False, "12*P (P params)")
+                rec.shapes_in_trace = False  # TensorList inputs: the trace has no shapes, no roofline class
                 name = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
                         "namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::"
                         "FusedAdamMathFunctor<c10::BFloat16, 4, (at::native::ADAM_MODE)1, false>, double*, double, "

@@ -51,6 +51,32 @@ SAMPLES: dict[str, tuple[str, dict[str, Any], str]] = {
         "8-rank DDP over 2 hosts (inter-node all-reduce); host 1's clock runs 800 us ahead, no real "
         "straggler: clock-unaware straggler detection wrongly blames ranks 4-7.",
     ),
+    "3d_tp_crossnode_h100": (
+        "3d",
+        {},
+        "16 ranks = DP 2 x TP 4 x PP 2 (1F1B, 4 microbatches) on nodes of 6 GPUs: TP group [4-7] spans nodes "
+        "0 and 1, so its per-layer all-reduces run over InfiniBand; process groups carry torch's generic "
+        "descriptions ('undefined'), roles must come from behaviour. truth.json: ledger and layout.",
+    ),
+    "moe_imbalance_h100": (
+        "moe",
+        {"steps": 2},
+        "8-rank mixture of experts: all-to-all dispatch/combine around each MoE layer (expert parallel, "
+        "ncclDevKernel_SendRecv, all_to_allv); rank 3's expert gets 3x the tokens, the others wait for it "
+        "in the combine all-to-all.",
+    ),
+    "fsdp_exposed_h100": (
+        "fsdp_exposed",
+        {"ranks": 4, "steps": 2},
+        "4-rank FSDP without prefetch: every layer's parameter all-gather waits for the previous layer's "
+        "compute, so it is exposed (reduce-scatter of gradients overlaps backward).",
+    ),
+    "custom_allreduce_h100": (
+        "custom_allreduce",
+        {"ranks": 4, "tp": 4, "steps": 2},
+        "4-rank tensor parallel whose per-layer all-reduce is torch symmetric memory's "
+        "multimem_one_shot_all_reduce_kernel (not NCCL) under c10d::allreduce_ / record_param_comms.",
+    ),
 }
 
 REGENERATE = "python -m traceread.simulate.samples sample_traces"
@@ -91,7 +117,9 @@ def readme(root: Path | None = None) -> str:
         "",
         "Simulated multi-rank torch 2.x NCCL profiles written by `traceread simulate`, each with a",
         "`truth.json` holding the exact numbers an analysis must find (see `docs/simulate.md`).",
-        "They are synthetic: timings come from a schedule model, not from a GPU.",
+        "They are synthetic: timings come from a schedule model, not from a GPU. Every truth.json also",
+        "carries the step ledger (`ledger`, `ledger_by_step`, per rank `ledger` / `ledger_local`) and the",
+        "parallel layout (`layout`) computed from the simulator's own schedule.",
         "",
         "| folder | what it shows |",
         "|---|---|",

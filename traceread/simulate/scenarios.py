@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from traceread.simulate.comm import ProcessGroup, collective, p2p
+from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
 from traceread.simulate.devices import get_device
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
 from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation
@@ -25,12 +25,36 @@ SCENARIOS: dict[str, str] = {
     "pp": "Pipeline parallel: P stages x M microbatches, GPipe, 1F1B or interleaved 1F1B schedule, send/recv between adjacent "
           "stages, optional unequal stage times; truth carries the bubble and its theory.",
     "slow_steps": "DDP where chosen steps suffer a data-loader stall, a GC pause or a checkpoint write.",
+    "3d": "DP x TP x PP (default 2 x 4 x 2 = 16 ranks, 6 GPUs per node, so one TP group spans two nodes and "
+          "its per-layer all-reduces run over InfiniBand); generic process-group descriptions ('undefined').",
+    "fsdp_exposed": "FSDP without prefetch: each layer's parameter all-gather starts only after the previous "
+                    "layer's compute, so it is exposed on the critical path.",
+    "moe": "Mixture of experts: expert-parallel all-to-all dispatch/combine around the expert MLP; one "
+           "overloaded expert rank (--hot-rank, --hot-factor) makes the others wait in the all-to-all.",
+    "custom_allreduce": "Tensor parallel whose per-layer all-reduce is a non-NCCL kernel (torch symmetric-memory "
+                        "multimem one-shot, or vLLM cross_device_reduce_1stage) under c10d::allreduce_.",
+    "host_bound": "DDP with a slow data loader on every step: the GPU idles before each step's first kernel "
+                  "because the CPU launches it late.",
+}
+
+#: Knob defaults of each scenario (the user's knobs win).
+SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
+    "3d": {"ranks": 16, "tp": 4, "pp": 2, "gpus_per_node": 6, "microbatches": 4, "batch": 1, "layers": 2,
+           "hidden": 2048, "heads": 16},
+    "fsdp_exposed": {"comm": "fsdp", "prefetch": False, "ranks": 8},
+    "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
+    "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
+    "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
 }
 
 STREAM_DP = 13  # NCCL stream of the data-parallel / default group
 STREAM_TP = 17
+STREAM_EP = 19
 P2P_STREAMS = {"recv_act": 21, "send_act": 25, "recv_grad": 29, "send_grad": 33}
 SLOW_CAUSES = ("dataloader", "gc", "checkpoint")
+TP_EVIDENCE = "activation all-reduce after attention and MLP of every layer, forward and backward"
+DP_EVIDENCE = "one gradient all-reduce per layer in backward, overlapping it"
+PP_EVIDENCE = "send/recv of activations and gradients between adjacent pipeline stages"
 
 
 @dataclass
@@ -62,6 +86,20 @@ class Knobs:
     slow_steps: list[tuple[int, str, float]] = field(default_factory=list)  # (step number, cause, us)
     hosts: int = 1
     skew_us: float = 0.0
+    gpus_per_node: int | None = None  # ranks per node (consecutive); None = ranks / hosts
+    pp: int = 2  # 3d: pipeline stages (dp = ranks / (tp * pp))
+    prefetch: bool = True  # fsdp: all-gather the next layer's parameters ahead of its compute
+    hot_rank: int | None = None  # moe: the overloaded expert rank (None: rank min(3, ranks - 1))
+    hot_factor: float = 3.0  # moe: tokens routed to the hot rank's expert, x the fair share
+    allreduce_kernel: str = "nccl"  # tp/custom_allreduce TP all-reduce: nccl | multimem | vllm
+    loader_us: float = 0.0  # every step: extra data-loader time on the host before the batch is copied
+
+    def per_node(self) -> int:
+        """Ranks per node (consecutive blocks)."""
+        return self.gpus_per_node or self.ranks // self.hosts
+
+    def node_count(self) -> int:
+        return -(-self.ranks // self.per_node())
 
     def step_numbers(self) -> list[int]:
         return list(range(self.first_step, self.first_step + self.steps))
@@ -88,9 +126,9 @@ class Knobs:
                 raise ValueError(f"slow step {s} is not one of the simulated steps {self.step_numbers()}")
             if cause not in SLOW_CAUSES:
                 raise ValueError(f"slow-step cause {cause!r} must be one of {', '.join(SLOW_CAUSES)}")
-        if scenario in ("tp", "pp") and any(c != "dataloader" for _, c, _ in self.slow_steps):
+        if scenario in ("tp", "pp", "3d", "moe", "custom_allreduce") and any(c != "dataloader" for _, c, _ in self.slow_steps):
             raise ValueError("tp/pp support only dataloader slow steps; use ddp or slow_steps for gc/checkpoint")
-        if scenario == "tp" and (self.ranks % self.tp or self.heads % self.tp):
+        if scenario in ("tp", "custom_allreduce") and (self.ranks % self.tp or self.heads % self.tp):
             raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
         if scenario == "pp":
             if self.ranks < 2:
@@ -103,6 +141,18 @@ class Knobs:
                 raise ValueError(f"--stage-factors needs {self.ranks} values (one per stage)")
         if self.comm not in ("allreduce", "fsdp"):
             raise ValueError("--comm must be allreduce or fsdp")
+        if self.gpus_per_node is not None and (self.gpus_per_node < 1 or self.hosts != 1):
+            raise ValueError("--gpus-per-node must be >= 1 and cannot be combined with --hosts")
+        if scenario == "3d" and (self.ranks % (self.tp * self.pp) or self.heads % self.tp or self.pp < 2
+                                 or self.schedule == "interleaved"):
+            raise ValueError(f"3d needs --tp x --pp dividing --ranks {self.ranks}, --tp dividing the heads, "
+                             "--pp >= 2 and a gpipe or 1f1b schedule")
+        if scenario == "moe" and self.hot_rank is not None and not 0 <= self.hot_rank < self.ranks:
+            raise ValueError(f"--hot-rank {self.hot_rank} outside 0..{self.ranks - 1}")
+        if self.allreduce_kernel not in ("nccl", "multimem", "vllm"):
+            raise ValueError("--allreduce-kernel must be nccl, multimem or vllm")
+        if self.loader_us < 0:
+            raise ValueError("--loader-us must be >= 0")
 
 
 @dataclass
@@ -159,7 +209,8 @@ class Block:
 
     def _tp_allreduce(self, last: GpuOp, phase: str) -> GpuOp:
         assert self.tp_pg is not None
-        return collective(self.em.ctx, self.tp_pg, "allreduce", self.m * self.k.hidden, waits=[last], phase=phase)
+        return collective(self.em.ctx, self.tp_pg, "allreduce", self.m * self.k.hidden, waits=[last], phase=phase,
+                          kernel=self.k.allreduce_kernel)
 
     def forward(self, first_waits: list[GpuOp] | None = None, phase: str = "fwd") -> GpuOp:
         em, k, m, tp = self.em, self.k, self.m, self.tp
@@ -214,10 +265,25 @@ def _last_compute(ctx: RankCtx) -> GpuOp:
     return ctx.streams[COMPUTE_STREAM][-1]
 
 
+def _stream_order(ctx: RankCtx) -> list[GpuOp]:
+    """c10d orders a NCCL op after the work already queued on the current stream (``syncStream``): a recv
+    cannot start before the compute launched before it has run."""
+    return [_last_compute(ctx)] if ctx.streams.get(COMPUTE_STREAM) else []
+
+
+def _no_prefetch_waits(ctx: RankCtx, k: Knobs) -> list[GpuOp]:
+    """FSDP without prefetch: the all-gather is issued from the layer's pre-hook on the compute stream's
+    order, so it cannot start before the compute launched so far has finished (it is exposed)."""
+    if k.prefetch or COMPUTE_STREAM not in ctx.streams:
+        return []
+    return [_last_compute(ctx)]
+
+
 def _host_delays(k: Knobs, rank: int, step: int) -> tuple[int, int, int, int]:
     """(host straggler ns, data-loader stall ns, GC pause ns, checkpoint ns) for this rank and step."""
     host = sum(int(d * 1000) for r, d, c in k.stragglers if r == rank and c == "host")
-    dl = gc = ck = 0
+    dl = int(k.loader_us * 1000)
+    gc = ck = 0
     for s, cause, us in k.slow_steps:
         if s == step:
             if cause == "dataloader":
@@ -263,9 +329,10 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                 for i, blk in enumerate(blocks):
                     waits = [h2d] if i == 0 else []
                     if k.comm == "fsdp":
-                        for j in (i, i + 1):
+                        for j in (i, i + 1) if k.prefetch else (i,):
                             if j < k.layers and j not in ag:
-                                ag[j] = collective(ctx, dp, "_allgather_base", params_layer, waits=[], phase="comm")
+                                ag[j] = collective(ctx, dp, "_allgather_base", params_layer,
+                                                   waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag[i])
                     if gc and i == 0:
                         ctx.advance(gc)  # gc.collect() on the host, no op recorded: nothing is launched meanwhile
@@ -280,9 +347,10 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                 for idx, layer in enumerate(order):
                     waits: list[GpuOp] = []
                     if k.comm == "fsdp":
-                        for j in (layer, layer - 1):
+                        for j in (layer, layer - 1) if k.prefetch else (layer,):
                             if j >= 0 and j not in ag_b:
-                                ag_b[j] = collective(ctx, dp, "_allgather_base", params_layer, waits=[], phase="comm")
+                                ag_b[j] = collective(ctx, dp, "_allgather_base", params_layer,
+                                                     waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag_b[layer])
                     blocks[layer].backward(waits)
                     if k.comm == "fsdp":
@@ -310,7 +378,12 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
 
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
     sim = _new_sim(k)
-    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    if k.comm == "fsdp":
+        dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "fsdp",
+                          "per-layer parameter all-gather (forward and backward) + gradient reduce-scatter")
+    else:
+        dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                          f"{min(k.buckets, k.layers)} gradient all-reduce buckets per step, in backward")
     _apply_gpu_stragglers(sim, k, lambda s: [_ddp_program(c, k, dp) for c in s.ranks])
     sim.run([_ddp_program(c, k, dp) for c in sim.ranks])
     return Built(sim, [[dp] for _ in range(k.ranks)], k, scenario, layer_params(k.hidden))
@@ -322,10 +395,10 @@ def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
 def _tp_groups(k: Knobs) -> tuple[ProcessGroup, list[ProcessGroup], list[ProcessGroup]]:
     world = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
     ntp = k.ranks // k.tp
-    tp_groups = [ProcessGroup(str(1 + g), "mesh_tp", tuple(range(g * k.tp, (g + 1) * k.tp)), STREAM_TP)
-                 for g in range(ntp)]
-    dp_groups = [ProcessGroup(str(1 + ntp + j), "mesh_dp", tuple(range(j, k.ranks, k.tp)), STREAM_DP + 2)
-                 for j in range(k.tp)]
+    tp_groups = [ProcessGroup(str(1 + g), "mesh_tp", tuple(range(g * k.tp, (g + 1) * k.tp)), STREAM_TP, "tp",
+                               TP_EVIDENCE) for g in range(ntp)]
+    dp_groups = [ProcessGroup(str(1 + ntp + j), "mesh_dp", tuple(range(j, k.ranks, k.tp)), STREAM_DP + 2, "dp",
+                              DP_EVIDENCE) for j in range(k.tp)]
     return world, tp_groups, dp_groups
 
 
@@ -359,7 +432,7 @@ def _tp_program(ctx: RankCtx, k: Knobs, tp_pg: ProcessGroup, dp_pg: ProcessGroup
             yield from _step_close(ctx, k)
 
 
-def build_tp(k: Knobs) -> Built:
+def build_tp(k: Knobs, scenario: str = "tp") -> Built:
     sim = _new_sim(k)
     world, tps, dps = _tp_groups(k)
 
@@ -369,7 +442,7 @@ def build_tp(k: Knobs) -> Built:
     _apply_gpu_stragglers(sim, k, programs)
     sim.run(programs(sim))
     pgs = [[world, tps[r // k.tp], dps[r % k.tp]] for r in range(k.ranks)]
-    return Built(sim, pgs, k, "tp", layer_params(k.hidden, k.tp))
+    return Built(sim, pgs, k, scenario, layer_params(k.hidden, k.tp))
 
 
 # ---- pipeline parallel --------------------------------------------------------------------------------
@@ -413,9 +486,18 @@ def pipeline_order(stage: int, stages: int, micro: int, schedule: str, chunks: i
     return order  # type: ignore[return-value]
 
 
-def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup) -> Program:
+def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup, stage: int | None = None, stages: int | None = None,
+                rank_of: Callable[[int], int] | None = None, tp_pg: ProcessGroup | None = None,
+                dp_pg: ProcessGroup | None = None) -> Program:
+    """One pipeline stage (``stage`` of ``stages``; ``rank_of(stage)`` = global rank of that stage in this
+    rank's pipeline). Optional tensor parallelism inside the stage (``tp_pg``) and a data-parallel gradient
+    all-reduce per layer after the last backward (``dp_pg``)."""
     em = Emitter(ctx)
-    p, stages, micro = ctx.rank, k.ranks, k.microbatches
+    p = ctx.rank if stage is None else stage
+    stages = k.ranks if stages is None else stages
+    peer = rank_of or (lambda st: st)
+    tp = len(tp_pg.ranks) if tp_pg is not None else 1
+    micro = k.microbatches
     v = k.chunks if k.schedule == "interleaved" else 1
     mb = k.batch  # pp: --batch is the microbatch size
     m = mb * k.seq_len
@@ -435,22 +517,22 @@ def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup) -> Program:
                     # last stage's previous chunk; keys name the sender's (chunk, microbatch)
                     if p > 0 or c > 0:
                         src, sc = (p - 1, c) if p > 0 else (last, c - 1)
-                        waits.append(p2p(ctx, pg, "recv", src, act, "act", (sc, i), waits=[], transfer_us=k.p2p_us,
-                                         stream=P2P_STREAMS["recv_act"]))
-                    blocks[(c, i)] = [Block(em, k, m, mb) for _ in range(layers_chunk)]
+                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "act", (sc, i), waits=_stream_order(ctx),
+                                         transfer_us=k.p2p_us, stream=P2P_STREAMS["recv_act"]))
+                    blocks[(c, i)] = [Block(em, k, m, mb, tp, tp_pg) for _ in range(layers_chunk)]
                     with ctx.op(f"forward_chunk{c}_microbatch_{i}" if v > 1 else f"forward_microbatch_{i}",
                                 cat="user_annotation", pre=5_000):
                         for j, blk in enumerate(blocks[(c, i)]):
                             out = blk.forward(waits if j == 0 else None)
                     if p < last or c < v - 1:
                         dst = p + 1 if p < last else 0
-                        p2p(ctx, pg, "send", dst, act, "act", (c, i), waits=[out], transfer_us=k.p2p_us,
+                        p2p(ctx, pg, "send", peer(dst), act, "act", (c, i), waits=[out], transfer_us=k.p2p_us,
                             stream=P2P_STREAMS["send_act"])
                 else:
                     waits = []
                     if p < last or c < v - 1:
                         src, sc = (p + 1, c) if p < last else (0, c + 1)
-                        waits.append(p2p(ctx, pg, "recv", src, act, "grad", (sc, i), waits=[],
+                        waits.append(p2p(ctx, pg, "recv", peer(src), act, "grad", (sc, i), waits=_stream_order(ctx),
                                          transfer_us=k.p2p_us, stream=P2P_STREAMS["recv_grad"]))
                     name = f"backward_chunk{c}_microbatch_{i}" if v > 1 else f"backward_microbatch_{i}"
                     with ctx.thread(ctx.autograd_tid), ctx.op(name, cat="user_annotation", pre=5_000):
@@ -458,16 +540,25 @@ def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup) -> Program:
                             out = blk.backward(waits if j == 0 else None)
                     if p > 0 or c > 0:
                         dst = p - 1 if p > 0 else last
-                        p2p(ctx, pg, "send", dst, act, "grad", (c, i), waits=[out], transfer_us=k.p2p_us,
+                        p2p(ctx, pg, "send", peer(dst), act, "grad", (c, i), waits=[out], transfer_us=k.p2p_us,
                             stream=P2P_STREAMS["send_grad"])
+            grads: list[GpuOp] = []
+            if dp_pg is not None and len(dp_pg.ranks) > 1:
+                with ctx.thread(ctx.autograd_tid):
+                    for _ in range(layers_chunk * v):
+                        grads.append(collective(ctx, dp_pg, "allreduce", layer_params(k.hidden, tp),
+                                                waits=[_last_compute(ctx)], phase="comm"))
             if k.optimizer:
-                em.adamw(layer_params(k.hidden) * layers_chunk * v, tensors=layers_chunk * v * 8)
+                opt = em.adamw(layer_params(k.hidden, tp) * layers_chunk * v, tensors=layers_chunk * v * 8)
+                opt[0].waits.extend(grads)
+            elif grads:
+                _last_compute(ctx).waits.extend(grads)
             yield from _step_close(ctx, k, loss_on_this_rank=(p == 0))
 
 
 def build_pp(k: Knobs) -> Built:
     sim = _new_sim(k)
-    pg = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    pg = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "pp", PP_EVIDENCE)
     for ctx in sim.ranks:
         if k.stage_factors is not None:
             ctx.slow_factor = float(k.stage_factors[ctx.rank])
@@ -476,12 +567,145 @@ def build_pp(k: Knobs) -> Built:
     return Built(sim, [[pg] for _ in range(k.ranks)], k, "pp", layer_params(k.hidden))
 
 
+# ---- 3D: data x tensor x pipeline parallel ------------------------------------------------------------
+
+
+def mesh_3d(k: Knobs) -> tuple[int, int, int]:
+    """(dp, tp, pp) degrees; rank = stage·(dp·tp) + dp_index·tp + tp_index (Megatron's tp-dp-pp order)."""
+    return k.ranks // (k.tp * k.pp), k.tp, k.pp
+
+
+def _groups_3d(k: Knobs) -> tuple[ProcessGroup, dict[int, ProcessGroup], dict[int, ProcessGroup],
+                                  dict[int, ProcessGroup]]:
+    """World, and per rank its TP, DP and PP group. Descriptions are torch's generic ones (``new_group``
+    without ``group_desc``): roles can only be told from what the groups run."""
+    dp, tp, pp = mesh_3d(k)
+    world = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP)
+    name = iter(range(1, 10_000))
+    tp_of: dict[int, ProcessGroup] = {}
+    dp_of: dict[int, ProcessGroup] = {}
+    pp_of: dict[int, ProcessGroup] = {}
+    for st in range(pp):
+        for d in range(dp):
+            g = ProcessGroup(str(next(name)), "undefined", tuple(st * dp * tp + d * tp + t for t in range(tp)),
+                             STREAM_TP, "tp", TP_EVIDENCE)
+            tp_of.update({r: g for r in g.ranks})
+    for st in range(pp):
+        for t in range(tp):
+            g = ProcessGroup(str(next(name)), "undefined", tuple(st * dp * tp + d * tp + t for d in range(dp)),
+                             STREAM_DP + 2, "dp", "one gradient all-reduce per layer after the last backward")
+            dp_of.update({r: g for r in g.ranks})
+    for d in range(dp):
+        for t in range(tp):
+            g = ProcessGroup(str(next(name)), "undefined", tuple(st * dp * tp + d * tp + t for st in range(pp)),
+                             STREAM_DP + 4, "pp", PP_EVIDENCE)
+            pp_of.update({r: g for r in g.ranks})
+    return world, tp_of, dp_of, pp_of
+
+
+def build_3d(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    world, tp_of, dp_of, pp_of = _groups_3d(k)
+
+    def programs(s: Simulation) -> list[Program]:
+        out = []
+        for c in s.ranks:
+            chain = pp_of[c.rank].ranks
+            out.append(_pp_program(c, k, pp_of[c.rank], chain.index(c.rank), len(chain), chain.__getitem__,
+                                   tp_of[c.rank], dp_of[c.rank]))
+        return out
+
+    _apply_gpu_stragglers(sim, k, programs)
+    sim.run(programs(sim))
+    pgs = [[world, tp_of[r], dp_of[r], pp_of[r]] for r in range(k.ranks)]
+    return Built(sim, pgs, k, "3d", layer_params(k.hidden, k.tp))
+
+
+# ---- mixture of experts ---------------------------------------------------------------------------------
+
+
+def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> Program:
+    """Attention (dense, data parallel), then the MoE MLP: router, all-to-all dispatch, this rank's expert
+    on the tokens routed to it, all-to-all combine. The hot rank's expert gets ``hot_factor`` x tokens."""
+    em = Emitter(ctx)
+    h, m = k.hidden, k.batch * k.seq_len
+    n_exp = len(ep.ranks)
+    hot = k.hot_rank if k.hot_rank is not None else min(3, k.ranks - 1)
+    tokens = int(m * (k.hot_factor if ctx.rank == hot else 1.0))
+    dense = 4 * h * h + h + 4 * h
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, _, _ = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            seqs: list[dict[str, int]] = []
+            for layer in range(k.layers):
+                s = {n: ctx.next_seq() for n in ("ln", "qkv", "attn", "proj", "router", "fc1", "gelu", "fc2")}
+                seqs.append(s)
+                first = em.layer_norm(m, h, seq=s["ln"])
+                if layer == 0:
+                    first.waits.append(h2d)
+                em.linear(m, h, 3 * h, bias=False, seq=s["qkv"])
+                em.sdpa(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
+                em.linear(m, h, h, bias=True, seq=s["proj"])
+                em.add_(m, h)
+                last = em.linear(m, h, n_exp, bias=False, seq=s["router"])
+                with ctx.op("moe.dispatch", cat="user_annotation", pre=4_000):
+                    disp = all_to_all(ctx, ep, m * h, waits=[last])
+                fc1 = em.linear(tokens, h, 4 * h, bias=True, seq=s["fc1"])
+                fc1.waits.append(disp)
+                em.gelu(tokens, 4 * h, seq=s["gelu"])
+                last = em.linear(tokens, 4 * h, h, bias=True, seq=s["fc2"])
+                with ctx.op("moe.combine", cat="user_annotation", pre=4_000):
+                    comb = all_to_all(ctx, ep, m * h, waits=[last])
+                em.add_(m, h).waits.append(comb)
+            loss_seq = ctx.next_seq()
+            em.loss(m, h, seq=loss_seq)
+            grads: list[GpuOp] = []
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, h, seq=loss_seq)
+                for layer in reversed(range(k.layers)):
+                    s = seqs[layer]
+                    with ctx.op("moe.combine_backward", cat="user_annotation", pre=4_000):
+                        g_comb = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                    first = em.linear_backward(tokens, 4 * h, h, bias=True, seq=s["fc2"])[0]
+                    first.waits.append(g_comb)
+                    em.gelu_backward(tokens, 4 * h, seq=s["gelu"])
+                    em.linear_backward(tokens, h, 4 * h, bias=True, seq=s["fc1"])
+                    with ctx.op("moe.dispatch_backward", cat="user_annotation", pre=4_000):
+                        g_disp = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                    em.linear_backward(m, h, n_exp, bias=False, seq=s["router"])[0].waits.append(g_disp)
+                    em.linear_backward(m, h, h, bias=True, seq=s["proj"])
+                    em.sdpa_backward(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
+                    em.linear_backward(m, h, 3 * h, bias=False, seq=s["qkv"])
+                    em.layer_norm_backward(m, h, seq=s["ln"])
+                    grads.append(collective(ctx, dp, "allreduce", dense, waits=[_last_compute(ctx)]))
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                opt = em.adamw((dense + 8 * h * h) * k.layers, tensors=k.layers * 10)
+                opt[0].waits.extend(grads)
+            else:
+                _last_compute(ctx).waits.extend(grads)
+            yield from _step_close(ctx, k)
+
+
+def build_moe(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                      "one all-reduce of the dense (attention) gradients per layer in backward")
+    ep = ProcessGroup("1", "undefined", tuple(range(k.ranks)), STREAM_EP, "ep",
+                      "all-to-all token dispatch and combine around every MoE layer, forward and backward")
+    _apply_gpu_stragglers(sim, k, lambda s: [_moe_program(c, k, dp, ep) for c in s.ranks])
+    sim.run([_moe_program(c, k, dp, ep) for c in sim.ranks])
+    return Built(sim, [[dp, ep] for _ in range(k.ranks)], k, "moe", 4 * k.hidden * k.hidden)
+
+
 # ---- plumbing -------------------------------------------------------------------------------------------
 
 
 def _new_sim(k: Knobs) -> Simulation:
     return Simulation(get_device(k.device), k.ranks, seed=k.seed, jitter=k.jitter, host_ns=k.host_speed,
-                      gpus_per_host=k.ranks // k.hosts)
+                      gpus_per_host=k.per_node())
 
 
 def _apply_gpu_stragglers(sim: Simulation, k: Knobs, programs: Callable[[Simulation], list[Program]]) -> None:
@@ -502,8 +726,12 @@ def _apply_gpu_stragglers(sim: Simulation, k: Knobs, programs: Callable[[Simulat
 def build(scenario: str, k: Knobs) -> Built:
     """Run one scenario with its knobs."""
     k.validate(scenario)
-    if scenario in ("ddp", "slow_steps"):
+    if scenario in ("ddp", "slow_steps", "fsdp_exposed", "host_bound"):
         return build_ddp(k, scenario)
-    if scenario == "tp":
-        return build_tp(k)
+    if scenario in ("tp", "custom_allreduce"):
+        return build_tp(k, scenario)
+    if scenario == "3d":
+        return build_3d(k)
+    if scenario == "moe":
+        return build_moe(k)
     return build_pp(k)

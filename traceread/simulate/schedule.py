@@ -106,6 +106,7 @@ class OpRecord:
     matmul: bool  # counted in model FLOPs / MFU (matmul-class: GEMMs and attention)
     formula: str
     kernels: list[GpuOp] = field(default_factory=list)
+    shapes_in_trace: bool = True  # False: the trace records no input shapes (TensorList), so no roofline
 
 
 @dataclass(eq=False)

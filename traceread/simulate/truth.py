@@ -5,7 +5,8 @@ sweep, then is reported in µs on the trace clock of an unskewed rank (``ts`` in
 ``clock_offsets_us[rank]``). Definitions (per rank):
 
 * window = first GPU event start .. last GPU event end (kernels and memcpys, all streams);
-* COMP = kernels that are not NCCL; COMM = NCCL kernels; MEMCPY = memcpys (``|X|`` = union length);
+* COMP = kernels that are not communication; COMM = communication kernels (NCCL, or the non-NCCL
+  all-reduce of ``custom_allreduce``); MEMCPY = memcpys (``|X|`` = union length);
 * compute = |COMP|; comm = |COMM|; exposed_comm = |COMM − COMP|; memcpy = |MEMCPY|;
   exposed_memcpy = |MEMCPY − COMP − COMM|; gpu_busy = |COMP ∪ COMM ∪ MEMCPY|;
   idle = window − gpu_busy, so compute + exposed_comm + exposed_memcpy + idle == window exactly;
@@ -37,6 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from traceread.simulate.layers import LeafOp
+from traceread.simulate.ledger_truth import layout_truth, ledger_truth, node_of
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -188,7 +190,8 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
         "hfu_pct": 100.0 * hw_flops / (mean_step_s * peak) if hw_flops != model_flops else None,
         "kernels": sum(1 for o in ops if o.kind == "kernel"),
         "memcpys": sum(1 for o in ops if o.kind == "memcpy"),
-        "nccl_kernels": sum(1 for o in ops if o.cls == "comm"),
+        "nccl_kernels": sum(1 for o in ops if o.cls == "comm" and o.name.startswith("nccl")),
+        "comm_kernels": sum(1 for o in ops if o.cls == "comm"),
         "breakdown_ns": b,
         "steps": steps,
     }
@@ -323,6 +326,11 @@ def job_step_us(built: Built) -> float:
 def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Built | None = None) -> dict[str, Any]:
     k = built.knobs
     ranks = {str(c.rank): rank_truth(c, built, base_ns) for c in built.sim.ranks}
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    rank_ledgers, job_ledger, job_by_step = ledger_truth(built, windows)
+    for r, rt in ranks.items():
+        rt.update(rank_ledgers[int(r)])
+        rt["node"] = node_of(built, int(r))
     colls, blame = collectives_truth(built, base_ns)
     n_steps = len(k.step_numbers())
     for r, rt in ranks.items():
@@ -340,7 +348,7 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "num_sms": built.sim.dev.num_sms,
         "peak_bf16_tflops": built.sim.dev.peak_bf16_tflops,
         "world_size": k.ranks,
-        "hosts": k.hosts,
+        "hosts": k.node_count(),
         "steps": k.step_numbers(),
         "knobs": _knobs_json(k),
         "ranks": ranks,
@@ -352,6 +360,9 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "ops": ops_truth(built.sim.ranks[0]),
         "ops_rank": 0,
         "clock_offsets_us": {str(r): _us(off) for r, off in enumerate(offsets_ns)},
+        "ledger": job_ledger,
+        "ledger_by_step": job_by_step,
+        "layout": layout_truth(built),
         "time_base": "µs on the trace clock of an unskewed rank: trace ts - clock_offsets_us[rank]",
     }
 
