@@ -23,7 +23,7 @@ from traceread.analysis import job_ledger, ledger, steps
 from traceread.analysis import roofline as rf
 from traceread.analysis.collectives import match_collectives
 from traceread.analysis.devices import device_for_meta
-from traceread.analyze import summarise_rank
+from traceread.summary import summarise_rank
 from traceread.reader import read_rank
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -91,12 +91,20 @@ def test_layout_of_recorded_gloo_ddp_jobs(name: str, samples_dir: Path, tmp_path
 def test_generic_descriptions_fall_back_to_the_collectives(samples_dir: Path) -> None:
     """tp_dp_h100 with every description replaced by torch's generic "undefined": the roles come
     from what each group runs (per-layer all-reduces over the whole compute vs backward only)."""
-    from traceread import analyze
+    from traceread import crossrank
+    from traceread.reader import read_rank
     from traceread.reader.discover import find
+    from traceread.reader.ranks import identify
+    from traceread.summary import slim_meta, summarise_rank
 
-    summaries = [analyze._summarise_uncached(str(f), False, None, None, False)
-                 for f in find([samples_dir / "tp_dp_h100"]).files]
-    analyze._assign_ranks(summaries)
+    summaries = []
+    for f in find([samples_dir / "tp_dp_h100"]).files:
+        rt = read_rank(f, use_cache=False)
+        identify(rt, single=False)
+        s = summarise_rank(rt)
+        slim_meta(s.meta)  # what travels to the driver: the compact pg_config the layout reads
+        summaries.append(s)
+    crossrank.assign_ranks(summaries)
     for s in summaries:
         s.meta.pg_config = [dict(g, pg_desc="undefined") for g in s.meta.pg_config]
         s.comm = s.comm.with_columns(pl.lit("undefined").alias("pg_desc"))

@@ -72,7 +72,8 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def _ours(folder: Path) -> dict[str, Any]:
     """The report (layout, job ledger, findings) and every rank's final and local segments."""
     from traceread.analysis import clocks, collectives
-    from traceread.analyze import ReportOptions, build_report, summarise_rank
+    from traceread.analyze import ReportOptions, build_report
+    from traceread.summary import summarise_rank
     from traceread.reader import read_rank
     from traceread.reader.ranks import identify
 
