@@ -79,7 +79,7 @@ def _die(code: int) -> bytes:
 
 def test_lost_task_is_retried_once_then_reported(ray_head: object) -> None:
     """A task whose worker dies is retried by Ray once, then becomes the rank's reason."""
-    import cloudpickle
+    from ray import cloudpickle  # vendored by ray: no extra dependency
 
     from traceread.engine.executors import TaskFailed
     from traceread.engine.ray_executor import RayExecutor

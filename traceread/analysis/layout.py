@@ -250,7 +250,10 @@ def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
 
 
 def _fmt_calls(calls: Counter[str]) -> str:
-    return ", ".join(f"{op} {n:.3g}/step" for op, n in calls.most_common(4))
+    """The group's most frequent collectives; ties in name order, so the evidence text does not
+    depend on the order the ranks' summaries arrived in (local pool vs Ray)."""
+    top = sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
+    return ", ".join(f"{op} {n:.3g}/step" for op, n in top)
 
 
 def role_from_usage(u: _Usage) -> tuple[str, str]:

@@ -202,16 +202,18 @@ def _pick_ranks(ranks: list[int], report: dict[str, Any], limit: int) -> tuple[l
 
 def _critical_path(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """For each collective of the step (k-th comm row per pg on every rank): the last arrival."""
-    comm = rows.filter((pl.col("kind") == "comm") & pl.col("pg").is_not_null()).sort("rank", "start")
+    # Every sort has a full key (stream last): ties (a stage's send and recv start together) must not
+    # depend on the order the ranks' summaries arrived in.
+    comm = rows.filter((pl.col("kind") == "comm") & pl.col("pg").is_not_null()).sort("rank", "start", "stream")
     if comm.height == 0:
         return []
     comm = comm.with_columns(pl.int_range(pl.len()).over("rank", "pg").alias("k"))
     members = comm.group_by("pg").agg(pl.col("rank").n_unique().alias("n"))
     comm = comm.join(members, on="pg").filter(pl.col("n") > 1)
-    last = (comm.sort("start").group_by("pg", "k").agg(pl.col("rank").last(), pl.col("stream").last(),
+    last = (comm.sort("start", "rank", "stream").group_by("pg", "k").agg(pl.col("rank").last(), pl.col("stream").last(),
                                                       pl.col("start").last(), pl.col("rank").len().alias("m"),
                                                       pl.col("n").first())
-            .filter(pl.col("m") == pl.col("n")).sort("start"))
+            .filter(pl.col("m") == pl.col("n")).sort("start", "pg", "k"))
     return [{"rank": int(r), "stream": int(s), "t": float(t), "pg": str(pg)}
             for r, s, t, pg in last.select("rank", "stream", "start", "pg").iter_rows()]
 
