@@ -139,6 +139,8 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
         by_cat: dict[str, dict[str, list[float]]] = {}
         for ln, items in per_lane.items():
             for s, e, c in _coarsen(items, gap):
+                if e - s < gap / 2:
+                    continue  # under half of the merge gap (1/1600 of the step): never visible, only bytes in the page
                 d = by_cat.setdefault(c, {"x": [], "base": [], "y": []})
                 d["x"].append(round((e - s) / 1000.0, 3))
                 d["base"].append(round(s / 1000.0, 3))

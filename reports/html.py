@@ -46,9 +46,26 @@ def plotly_js() -> str:
     return js.replace("</script", "<\\/script")
 
 
+#: Significant digits kept for numbers drawn in the charts: 0.1 µs on a 40 ms step, far below a pixel,
+#: and about a third of the chart data's bytes (the page must stay under 1.5 MiB with plotly.js inlined).
+CHART_DIGITS = 6
+
+
+def _rounded(obj: Any) -> Any:
+    """``obj`` with every float rounded to :data:`CHART_DIGITS` significant digits (drawing only:
+    the JSON report keeps full precision)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{CHART_DIGITS}g}") if obj == obj and obj not in (float("inf"), float("-inf")) else obj
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def embed_json(obj: Any) -> str:
     """JSON safe to place inside a <script> element: no '<', '>' or '&' characters at all."""
-    text = orjson.dumps(_jsonable(obj), option=orjson.OPT_NON_STR_KEYS).decode()
+    text = orjson.dumps(_rounded(_jsonable(obj)), option=orjson.OPT_NON_STR_KEYS).decode()
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
