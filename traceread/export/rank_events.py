@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from traceread.errors import TraceFileError
 from traceread.reader.decode import decode_top, split_events
 from traceread.reader.inflate import uncompressed_chunks
 
@@ -129,8 +130,11 @@ def rank_events(path: str | Path, rank: int, offset_us: float, *, window: tuple[
     info = info if info is not None else RankEvents()
     pid = rank_pid(rank)
     tids: dict[tuple[Any, Any], int] = {}
-    for raw in raws:
-        e = _decode(raw)  # one event as a dict at a time: memory is the file, not its objects
+    for i, raw in enumerate(raws):
+        try:
+            e = _decode(raw)  # one event as a dict at a time: memory is the file, not its objects
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # e.g. a string that is not UTF-8
+            raise TraceFileError(f"traceEvents[{i}] is not valid JSON: {str(exc).splitlines()[0]}", str(p)) from None
         if not isinstance(e, dict):
             continue
         ph = e.get("ph")
