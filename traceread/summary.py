@@ -235,6 +235,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                     lambda: collectives.comm_events(rt, wtab), None)
     if comm is None:
         comm = pl.DataFrame(schema=collectives.EXTRACT_SCHEMA)
+    comm = collectives.compact_pg_ranks(comm)  # O(group) text per row would make summaries O(world)
     from traceread.analysis import host_activity, step_timeline
 
     host_self = guarded(f"rank {rt.rank}: host activity", warnings,
