@@ -199,7 +199,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         crossrank.formula_mfu(report, opts, warnings)
 
     if chosen is not None:
-        cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
+        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)
