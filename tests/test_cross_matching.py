@@ -291,3 +291,35 @@ def test_gloo_single_group_named_from_pg_config() -> None:
     # two gloo groups: the trace cannot say which pool a thread serves, so no name is guessed
     two = cfg + [{"pg_name": "1", "pg_desc": "sub", "backend_config": "cpu:gloo", "pg_size": 3, "ranks": [0, 1, 2]}]
     assert comm_events(_gloo_rank(0, 0.0, two))["pg"].null_count() == 6
+
+
+def test_pg_ranks_compacted_in_the_summary_and_read_back() -> None:
+    """Complete member lists become range text (the summary must not grow with the world size);
+    truncated ones stay as written; both forms give the same expected membership."""
+    from traceread.analysis.collectives import _parse_ranks, compact_pg_ranks
+
+    full = str(list(range(0, 4096)))
+    strided = str(list(range(3, 64, 8)))
+    odd = "[0, 1, 5]"
+    truncated = "[0, 1, 2, ...]"
+    df = pl.DataFrame({"pg_ranks": [full, strided, odd, truncated, None, full]})
+    got = compact_pg_ranks(df)["pg_ranks"].to_list()
+    assert got == ["0-4095", "3-59:8", "0-1,5", truncated, None, "0-4095"]
+    for raw, compact, size in ((full, "0-4095", 4096), (strided, "3-59:8", 8), (odd, "0-1,5", 3)):
+        assert _parse_ranks(compact, size) == _parse_ranks(raw, size) is not None
+    assert _parse_ranks("0-4095", 4000) is None and _parse_ranks(truncated, 4) is None
+    assert _parse_ranks("rank one", None) is None
+
+
+def test_summary_size_does_not_grow_with_the_world(tmp_path) -> None:
+    """A DDP rank's summary at 64 ranks is the size of the same rank's at 8 ranks, to a few bytes (the
+    member lists written out would add ~4 bytes per member per collective row: +195 bytes here)."""
+    from traceread.engine.tasks import RankTask, summarise
+    from traceread.simulate import simulate
+
+    sizes = {}
+    for world in (8, 64):
+        simulate("ddp", tmp_path / str(world), ranks=world, steps=2, layers=1, hidden=256, seq_len=128, heads=4)
+        _, data = summarise(RankTask(tmp_path / str(world) / "rank1.pt.trace.json.gz", use_cache=False))
+        sizes[world] = len(data)
+    assert abs(sizes[64] - sizes[8]) < 64, sizes

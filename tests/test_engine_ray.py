@@ -2,8 +2,8 @@
 
 A local Ray head with 2 CPUs (module-scoped: started once) runs each rank's read + summarise as a
 task; the driver does the cross-rank reduce. Compared field by field (timing fields aside) on the
-sample run and on simulated jobs (tensor parallel with data parallel, pipeline parallel), with a
-broken rank among them, which both engines must report the same way.
+sample run and on simulated jobs (tensor parallel with data parallel, pipeline parallel, a 3D job:
+DP x TP x PP), with a broken rank among them, which both engines must report the same way.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         shutil.copytree(SAMPLE, out["sample"])
     simulate("tp", root / "tp_dp", ranks=8, tp=4, steps=2, layers=2)  # 2 data-parallel replicas of TP 4
     simulate("pp", root / "pp", ranks=4, microbatches=4, steps=2, layers=2)
-    out["tp_dp"], out["pp"] = root / "tp_dp", root / "pp"
+    simulate("3d", root / "3d", steps=2)  # DP 2 x TP 4 x PP 2, one TP group across two nodes
+    out["tp_dp"], out["pp"], out["3d"] = root / "tp_dp", root / "pp", root / "3d"
     (root / "pp" / "rank9.pt.trace.json.gz").write_bytes(b"\x1f\x8b broken")  # one rank lost in transit
     return out
 
@@ -61,7 +62,7 @@ def _doc(path: Path, executor: str) -> dict:
     return build_report([path], ReportOptions(use_cache=False, workers=2, executor=executor))  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("job", ["sample", "tp_dp", "pp"])
+@pytest.mark.parametrize("job", ["sample", "tp_dp", "pp", "3d"])
 def test_ray_document_equals_local(job: str, jobs: dict[str, Path], ray_head: object) -> None:
     if job not in jobs:
         pytest.skip("sample_traces missing")
@@ -114,3 +115,21 @@ def test_second_report_is_served_on_the_driver(jobs: dict[str, Path], ray_head: 
 
     monkeypatch.setattr(ray_executor.RayExecutor, "map", no_tasks)
     assert differences(first, build_report([jobs["tp_dp"]], opts)) == []
+
+
+def test_max_rank_bytes_travels_with_the_task(jobs: dict[str, Path], ray_head: object, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--max-rank-bytes`` set on the driver after Ray started (so no worker inherited it) still
+    bounds every Ray task: the limit is part of the task, not of the environment."""
+    from traceread.engine import executors
+    from traceread.errors import TraceFileError
+    from traceread.reader.inflate import MAX_RANK_BYTES_ENV
+
+    files = sorted(jobs["tp_dp"].glob("rank*.pt.trace.json.gz"))
+    monkeypatch.setenv(MAX_RANK_BYTES_ENV, str(64 << 10))  # every simulated rank expands past 64 KiB
+    got = executors.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
+    assert set(got) == set(files)
+    assert all(isinstance(r, TraceFileError) and "--max-rank-bytes" in r.message for r in got.values()), got
+    monkeypatch.delenv(MAX_RANK_BYTES_ENV)
+    got = executors.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
+    assert not any(isinstance(r, TraceFileError) for r in got.values())

@@ -87,3 +87,20 @@ def test_empty_inputs() -> None:
     assert iv.length(iv.intersect(one, empty)) == 0.0
     assert iv.length(iv.subtract(one, empty)) == 1.0
     assert iv.length(iv.union()) == 0.0
+
+
+def test_clip_sorted_equals_clip_on_merged_intervals() -> None:
+    """The binary-search clip gives exactly clip's arrays on disjoint sorted intervals, for windows
+    before, inside, across and after them (and at their edges)."""
+    import numpy as np
+
+    from traceread import intervals as iv
+
+    rng = np.random.default_rng(7)
+    starts = np.sort(rng.uniform(0, 1000, 400))
+    merged = iv.merge(starts, starts + rng.uniform(0, 5, 400))
+    edges = [float(merged[0][3]), float(merged[1][10])]
+    for lo, hi in [(-50, -1), (-1, 2000), (100, 101), (500, 700), (1500, 1600), (edges[0], edges[1]),
+                   (float(merged[1][5]), float(merged[0][6]))]:
+        a, b = iv.clip(merged, lo, hi), iv.clip_sorted(merged, lo, hi)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), (lo, hi)

@@ -93,7 +93,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.reader.discover import find
 
     opts = options or ReportOptions()
-    found = find(paths, storage_options=opts.storage_options)
+    found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
     run_dir = _run_dir(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
@@ -109,6 +109,17 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     return report
 
 
+def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
+    """The trace files as each Ray node lists them on its own disk (``--node-local``); ``run.json``
+    where the driver sees one."""
+    from traceread.engine.node_local import find_on_nodes
+    from traceread.reader.discover import Found
+
+    files, notes = find_on_nodes([str(p) for p in paths], opts.ray_address)
+    run_json = [Path(p) / "run.json" for p in paths if (Path(p) / "run.json").is_file()]
+    return Found(files=files, run_json=run_json, notes=notes)  # type: ignore[arg-type]
+
+
 def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
     """Map, reduce, findings: the document from scratch."""
     from traceread import crossrank
@@ -122,6 +133,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     warnings: list[str] = []
     for m in found.missing:
         warnings.append(f"{m}: no such file or folder")
+    warnings.extend(found.notes)
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
     nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
     found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
@@ -187,7 +199,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         crossrank.formula_mfu(report, opts, warnings)
 
     if chosen is not None:
-        cycles.annotate(report, chosen, warnings)  # type: ignore[arg-type]
+        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
     from traceread.reports.findings import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

@@ -40,6 +40,7 @@ class ReportOptions:
     top_kernels: int = TOP_KERNELS
     executor: str = "local"  # "local" | "ray"
     ray_address: str | None = None  # None: start (or join) a local Ray
+    node_local: bool = False  # with ray: PATHS are on each node's own disk (engine.node_local)
     storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec options for URLs
 
     def analysis_key(self) -> dict[str, Any]:

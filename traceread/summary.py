@@ -43,6 +43,7 @@ class RankSummary:
     stage_activity: pl.DataFrame | None = None  # pipeline.stage_activity, for ranks with p2p transfers
     timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
+    warm_names: dict[str, float] = field(default_factory=dict)  # analysis.warmup.warm_names_of: start-up events
 
     def set_rank(self, rank: int) -> None:
         """Renumber the rank everywhere it is written (entry and every frame with a ``rank`` column)."""
@@ -235,7 +236,8 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                     lambda: collectives.comm_events(rt, wtab), None)
     if comm is None:
         comm = pl.DataFrame(schema=collectives.EXTRACT_SCHEMA)
-    from traceread.analysis import host_activity, step_timeline
+    comm = collectives.compact_pg_ranks(comm)  # O(group) text per row would make summaries O(world)
+    from traceread.analysis import host_activity, step_timeline, warmup
 
     host_self = guarded(f"rank {rt.rank}: host activity", warnings,
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
@@ -253,6 +255,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         warnings=warnings, host_self=host_self, ledger_segments=segments,
         stage_activity=_stage_activity(rt, comm, wtab, warnings),
         timeline=guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
+        warm_names=guarded(f"rank {rt.rank}: start-up events", warnings, lambda: warmup.warm_names_of(rt.host), {}),
     )
 
 

@@ -132,9 +132,9 @@ def breakdown_of_sets(
     """The breakdown of already-merged class intervals on ``window`` (lengths × ``scale`` -> µs)."""
     lo, hi = window
     width = max(float(hi) - float(lo), 0.0)
-    c = iv.clip(comp, lo, hi)
-    m = iv.clip(comm, lo, hi)
-    p = iv.clip(memcpy, lo, hi)
+    c = iv.clip_sorted(comp, lo, hi)
+    m = iv.clip_sorted(comm, lo, hi)
+    p = iv.clip_sorted(memcpy, lo, hi)
     compute = iv.length(c)
     comm_len = iv.length(m)
     exposed_comm = iv.length(iv.subtract(m, c))

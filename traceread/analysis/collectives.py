@@ -22,6 +22,7 @@ Mismatches (a rank with fewer instances, sizes/dtypes/ops that differ) are repor
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -405,10 +406,43 @@ def message_bytes(op: str, dtype: str | None, in_nelems: int | None, out_nelems:
     return int(n) * size
 
 
+def compact_pg_ranks(comm: pl.DataFrame) -> pl.DataFrame:
+    """The extract with each complete ``pg_ranks`` list as compact text (``"0-4095"``, ``"3-4095:8"``,
+    :func:`traceread.analysis.layout.compact_ranks`). Torch writes every member of the group on every
+    collective: at 4,096 ranks that is 47 kB per row, and a rank's summary would grow with the world
+    size (O(world²) bytes on the driver). Truncated lists (``...``) are kept as written."""
+    if "pg_ranks" not in comm.columns or not comm.height:
+        return comm
+    mapping = {t: _compact(t) for t in comm["pg_ranks"].drop_nulls().unique().to_list()}
+    if all(k == v for k, v in mapping.items()):
+        return comm
+    return comm.with_columns(pl.col("pg_ranks").replace(mapping))
+
+
+def _compact(text: str) -> str:
+    from traceread.analysis.layout import compact_ranks
+
+    try:
+        vals = json.loads(text)
+    except (ValueError, TypeError):
+        return text
+    if isinstance(vals, list) and vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return compact_ranks(vals) if len(set(vals)) == len(vals) else text
+    return text
+
+
 def _parse_ranks(text: str | None, group_size: int | None) -> tuple[int, ...] | None:
-    """Global ranks of ``Process Group Ranks`` when complete (torch truncates long lists)."""
+    """Global ranks of ``Process Group Ranks`` when complete (torch truncates long lists): the JSON
+    list torch writes, or the compact text of :func:`compact_pg_ranks`."""
     if not text:
         return None
+    if not text.lstrip().startswith("["):
+        from traceread.analysis.layout import expand_ranks
+
+        if not re.fullmatch(r"[0-9,:\- ]+", text):
+            return None
+        vals = expand_ranks(text)
+        return tuple(vals) if vals and (group_size is None or len(vals) == group_size) else None
     try:
         vals = json.loads(text)
     except (ValueError, TypeError):

@@ -129,7 +129,7 @@ def sm_metrics(
         return SmMetrics(window_us=max(width, 0.0), num_sms=sms, blocks_per_sm_source=source)
     ts = k["ts"].to_numpy().astype(np.float64)
     end = k["end"].to_numpy().astype(np.float64)
-    busy = iv.length(iv.clip(iv.merge(ts, end), lo, hi))
+    busy = iv.length(iv.clip_sorted(iv.merge(ts, end), lo, hi))
     util = busy / width * 100.0
 
     sm_eff = sm_busy = None

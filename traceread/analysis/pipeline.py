@@ -190,7 +190,7 @@ def stage_activity(rt: RankTrace, step_windows: Any) -> pl.DataFrame:
     for step, start, end in table.select("step", "start", "end").iter_rows():
         rows.append((rt.rank, step, "window", start, end))
         for kind, (s, e) in sets:
-            s2, e2 = iv.clip((s, e), start, end)
+            s2, e2 = iv.clip_sorted((s, e), start, end)
             rows.extend((rt.rank, step, kind, float(a), float(b)) for a, b in zip(s2, e2))
     return pl.DataFrame(rows, schema=ACTIVITY_SCHEMA, orient="row")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -40,6 +41,27 @@ _WARMUP_RE = re.compile("|".join(f"(?:{p})" for p in WARMUP_PATTERNS))
 def warmup_event(name: str) -> bool:
     """Whether a host event name marks one-time start-up work."""
     return bool(_WARMUP_RE.search(name))
+
+
+#: Host categories that are never start-up work themselves (launches and device-side mirrors).
+_NOT_HOST_WORK = frozenset({"cuda_runtime", "cuda_driver", "cuda_sync", "gpu_user_annotation", "ac2g", "async",
+                            "Runtime", "kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
+
+
+def warm_names_of(host: Any) -> dict[str, float]:
+    """Start-up event name -> total µs in one rank's host table (complete events only): the same
+    evidence the cycle peek gathers, computed in the map so the driver never reads a rank again."""
+    import polars as pl
+
+    if host is None or not host.height:
+        return {}
+    spans = host.filter(pl.col("dur").is_not_null() & ~pl.col("cat").is_in(list(_NOT_HOST_WORK))
+                        & ~pl.col("name").str.starts_with("ProfilerStep#"))
+    names = [n for n in spans["name"].drop_nulls().unique().to_list() if warmup_event(n)]
+    if not names:
+        return {}
+    totals = spans.filter(pl.col("name").is_in(names)).group_by("name").agg(pl.col("dur").sum())
+    return {str(n): float(d) for n, d in totals.iter_rows()}
 
 
 @dataclass

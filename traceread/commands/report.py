@@ -92,6 +92,9 @@ def _set_max_rank_bytes(text: str) -> None:
               help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
 @click.option("--ray-address", metavar="ADDR", default=None,
               help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")
+@click.option("--node-local", is_flag=True,
+              help="With --executor ray: PATHS are on each node's own disk; list them on every node and read "
+                   "each rank on the node that holds it (docs/engine.md).")
 @click.option("--max-rank-bytes", "max_rank_bytes", metavar="SIZE", default="16GiB", show_default=True,
               help="Refuse a rank whose uncompressed JSON is larger (a decompression bomb, not a trace), e.g. 64GiB.")
 @click.option("--storage-options", metavar="JSON", default=None,
@@ -100,7 +103,8 @@ def _set_max_rank_bytes(text: str) -> None:
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
            device_spec: str | None, top: int, workers: int | None, no_html: bool, executor: str,
-           ray_address: str | None, storage_options: str | None, cycle: str, max_rank_bytes: str) -> None:
+           ray_address: str | None, node_local: bool, storage_options: str | None, cycle: str,
+           max_rank_bytes: str) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -118,6 +122,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
       traceread report s3://bucket/run7/ --executor ray --ray-address auto   # ranks as Ray tasks
+      traceread report /nvme/run7 --executor ray --ray-address auto --node-local  # each node reads its own
 
     \b
     Exit codes: 0 report written (findings are not errors), 2 bad input (unreadable or
@@ -132,6 +137,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     if any(v is not None for v in shape) and (None in shape or params is None):
         raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
     fmt = _infer_format(fmt, output)
+    if node_local and executor != "ray":
+        raise click.UsageError("--node-local goes with --executor ray (the files are read where they are)")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         click.echo("traceread: error: --executor ray needs Ray: pip install 'traceread[ray]'", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT)
@@ -140,7 +147,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
                          device_spec=Path(device_spec) if device_spec else None, cycle=cycle, executor=executor,
-                         ray_address=ray_address, storage_options=_storage_options(storage_options))
+                         ray_address=ray_address, node_local=node_local,
+                         storage_options=_storage_options(storage_options))
     try:
         if cycle.strip().lower() == "all":
             from traceread.analysis.drift import build_all_cycles

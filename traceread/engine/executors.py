@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from traceread.engine import caches, tasks
 from traceread.errors import TraceFileError
 from traceread.options import ReportOptions
+from traceread.reader.inflate import max_rank_bytes
 
 #: Parse-cached ranks summarised on the driver instead of in a worker (see the module docstring).
 IN_PROCESS_CACHED = 64
@@ -137,8 +138,9 @@ def summarise_files(files: Sequence[Any], opts: ReportOptions) -> dict[Any, Any]
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     cache_dir = str(opts.cache_dir) if opts.cache_dir else None
     spec_file = str(opts.device_spec) if opts.device_spec else None
+    limit = max_rank_bytes()
     task_of = {f: tasks.RankTask(f, detail=(i == 0), use_cache=opts.use_cache, cache_dir=cache_dir,
-                                 spec_file=spec_file, storage_options=opts.storage_options)
+                                 spec_file=spec_file, storage_options=opts.storage_options, max_rank_bytes=limit)
                for i, f in enumerate(files)}
     out: dict[Any, Any] = {}
     with progress(opts.progress, len(files), "analysing ranks") as advance:

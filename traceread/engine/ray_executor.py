@@ -1,6 +1,7 @@
 """The per-rank stage as Ray tasks (``traceread report --executor ray``); imported only when asked for.
 
-Each work item runs as one Ray task (1 CPU) wherever the cluster places it; the task returns bytes
+Each work item runs as one Ray task (1 CPU) wherever the cluster places it (on the node that holds
+its file, for traces on node-local disks: :mod:`traceread.engine.node_local`); the task returns bytes
 (the data-only summary of :mod:`traceread.engine.tasks`), so nothing of ours is unpickled on the
 driver. Ray retries a task whose worker died or raised once (``max_retries=1``,
 ``retry_exceptions=True``); after that the rank is reported missing with the reason. At most
@@ -61,7 +62,7 @@ class RayExecutor:
         def submit() -> None:
             nonlocal next_item
             while next_item < len(items) and len(refs) < IN_FLIGHT:
-                refs[remote.remote(*items[next_item])] = next_item
+                refs[_placed(remote, items[next_item]).remote(*items[next_item])] = next_item
                 next_item += 1
 
         submit()
@@ -80,3 +81,15 @@ class RayExecutor:
                     res = TaskFailed(f"Ray task failed twice: {type(exc).__name__}: {msg[-1] if msg else ''}"[:300])
                 done(i, res)
             submit()
+
+
+def _placed(remote: Any, item: tuple[Any, ...]) -> Any:
+    """``remote``, pinned to the node that holds the item's file when it is on a node's own disk
+    (:mod:`traceread.engine.node_local`); anywhere otherwise."""
+    from traceread.engine.node_local import pinned, placement
+
+    where = placement(getattr(item[0], "file", None)) if item else None
+    if where is None:
+        return remote
+    node_id, soft = where
+    return remote.options(scheduling_strategy=pinned(node_id, soft))

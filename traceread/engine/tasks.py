@@ -35,6 +35,9 @@ class RankTask:
     cache_dir: str | None = None
     spec_file: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: ``--max-rank-bytes`` as the driver resolved it: travels with the task because a Ray worker on
+    #: another node does not share the driver's environment.
+    max_rank_bytes: int | None = None
 
     @property
     def name(self) -> str:
@@ -42,7 +45,7 @@ class RankTask:
 
 
 def read_one(f: Any, *, use_cache: bool, cache_dir: str | Path | None,
-             storage_options: dict[str, Any] | None = None) -> Any:
+             storage_options: dict[str, Any] | None = None, max_rank_bytes: int | None = None) -> Any:
     """One file's :class:`RankTrace` through the parse cache (local path or object URL).
     Raises :class:`TraceFileError` (one line) on bad input."""
     from traceread.reader.ranks import identify
@@ -58,25 +61,48 @@ def read_one(f: Any, *, use_cache: bool, cache_dir: str | Path | None,
         if hit is not None:
             identify(hit, single=True)
             return hit
-    rt = _parse(f, storage_options or {})
+    rt = _parse(f, storage_options or {}, max_rank_bytes)
     if root is not None and key is not None:
         caches.store_tables(rt, f, root, key)
     return rt
 
 
-def _parse(f: Any, storage_options: dict[str, Any]) -> Any:
+def _parse(f: Any, storage_options: dict[str, Any], max_rank_bytes: int | None) -> Any:
+    from traceread.engine.node_local import NodeFile
     from traceread.reader.parse import parse_file
 
+    if isinstance(f, NodeFile):  # on this node's disk: this task was placed here (engine.node_local)
+        return _parse_node_file(f, max_rank_bytes)
     if getattr(f, "url", None) is not None:
         from traceread.reader.remote import parse_remote
 
-        return parse_remote(f, storage_options)
+        return parse_remote(f, storage_options, max_rank_bytes=max_rank_bytes)
     p = Path(f)
     if p.is_dir():
         raise TraceFileError("is a folder (read_traces reads every rank in a folder)", str(p))
     if not p.is_file():
         raise TraceFileError("no such file", str(p))
-    return parse_file(p)
+    return parse_file(p, max_rank_bytes=max_rank_bytes)
+
+
+def _parse_node_file(f: Any, max_rank_bytes: int | None) -> Any:
+    from traceread.reader.parse import parse_file
+    from traceread.reader.ranks import identify
+
+    p = Path(f.path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise TraceFileError("no such file on this node (was it listed on another one?)", f.url) from None
+    if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+        raise TraceFileError("changed since it was listed (size or mtime differ)", f.url)
+    try:
+        rt = parse_file(p, max_rank_bytes=max_rank_bytes)
+    except TraceFileError as exc:
+        raise TraceFileError(exc.message, f.url) from None
+    rt.file = f.url
+    identify(rt, single=True)
+    return rt
 
 
 def summarise(task: RankTask) -> tuple[Any, bytes | None]:
@@ -88,7 +114,7 @@ def summarise(task: RankTask) -> tuple[Any, bytes | None]:
     key = caches.summary_key(task.file, task.spec_file, task.detail) if root is not None else None
     try:
         rt = read_one(task.file, use_cache=task.use_cache, cache_dir=task.cache_dir,
-                      storage_options=task.storage_options)
+                      storage_options=task.storage_options, max_rank_bytes=task.max_rank_bytes)
     except TraceFileError as exc:
         return exc, None
     except Exception as exc:  # noqa: BLE001 - a reader bug fails one file, not the job

@@ -299,20 +299,23 @@ def chosen_files(sel: Selection, order: Sequence[Path]) -> list[Path]:
     return [p for p in order if p in keep]
 
 
-def annotate(report: dict[str, Any], sel: Selection, warnings: list[str]) -> None:
+def annotate(report: dict[str, Any], sel: Selection, warnings: list[str],
+             warm_names: Sequence[dict[str, float]] | None = None) -> None:
     """After the engine ran: the ``source`` cycle fields and, when the analysed steps look like
-    warm-up (analysis.warmup), a warning saying so and what to record instead."""
+    warm-up (analysis.warmup), a warning saying so and what to record instead. ``warm_names``: the
+    start-up events each rank's summary found (the map read every event); without them one file
+    is peeked."""
     from traceread.analysis.warmup import judge, report_step_us
 
     if len(sel.chosen) != 1:
         return
     c = sel.chosen[0]
     files = [f for f in c.files if not f.unreadable]
-    if files and not any(f.peeked for f in files):
+    if warm_names is None and files and not any(f.peeked for f in files):
         peek(min(files, key=lambda f: (f.rank if f.rank is not None else 1 << 30, str(f.path))))
     names: dict[str, float] = {}
-    for f in files:
-        for n, d in f.warm_names.items():
+    for per_file in (warm_names if warm_names is not None else [f.warm_names for f in files]):
+        for n, d in per_file.items():
             names[n] = max(names.get(n, 0.0), d)
     steps = report_step_us(report.get("ranks") or [])
     if steps or names:

@@ -34,6 +34,7 @@ class Found:
     explicit: set[Path] = field(default_factory=set)
     run_json: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # said as warnings (e.g. a Ray node that could not list)
 
     def skipped(self, f: Path, reason: str) -> bool:
         """Whether a file that failed to read is passed over with a note instead of counted as a

@@ -124,7 +124,8 @@ def find_remote(url: str, found: Any, options: dict[str, Any] | None = None) -> 
         found.missing.append(url)
 
 
-def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None) -> Any:
+def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None, *,
+                 max_rank_bytes: int | None = None) -> Any:
     """Download one object to a temporary file and parse it; the rank keeps the object's URL.
     Raises :class:`TraceFileError` (one line) when it cannot be fetched or read."""
     from traceread.errors import TraceFileError
@@ -140,7 +141,7 @@ def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None) -> Any:
             raise TraceFileError(f"cannot fetch: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                  rf.url) from None
         try:
-            rt = parse_file(local)
+            rt = parse_file(local, max_rank_bytes=max_rank_bytes)
         except TraceFileError as exc:
             raise TraceFileError(exc.message, rf.url) from None
     rt.file = rf.url
