@@ -86,8 +86,7 @@ def _parse(f: Any, storage_options: dict[str, Any], max_rank_bytes: int | None) 
 
 
 def _parse_node_file(f: Any, max_rank_bytes: int | None) -> Any:
-    from traceread.reader.parse import parse_file
-    from traceread.reader.ranks import identify
+    from traceread.reader.parse import parse_named
 
     p = Path(f.path)
     try:
@@ -96,13 +95,7 @@ def _parse_node_file(f: Any, max_rank_bytes: int | None) -> Any:
         raise TraceFileError("no such file on this node (was it listed on another one?)", f.url) from None
     if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
         raise TraceFileError("changed since it was listed (size or mtime differ)", f.url)
-    try:
-        rt = parse_file(p, max_rank_bytes=max_rank_bytes)
-    except TraceFileError as exc:
-        raise TraceFileError(exc.message, f.url) from None
-    rt.file = f.url
-    identify(rt, single=True)
-    return rt
+    return parse_named(p, f.url, max_rank_bytes=max_rank_bytes)
 
 
 def summarise(task: RankTask) -> tuple[Any, bytes | None]:

@@ -58,6 +58,20 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
             gc.enable()
 
 
+def parse_named(local: Path, name: str, *, max_rank_bytes: int | None = None) -> RankTrace:
+    """Parse ``local`` as the trace the user knows as ``name`` (an object URL downloaded to a
+    temporary file, a file on another node's disk): errors and the rank's ``file`` say ``name``."""
+    from traceread.reader.ranks import identify
+
+    try:
+        rt = parse_file(local, max_rank_bytes=max_rank_bytes)
+    except TraceFileError as exc:
+        raise TraceFileError(exc.message, name) from None
+    rt.file = name
+    identify(rt, single=True)
+    return rt
+
+
 #: Events tabulated per batch on the whole-document path: the batch's Python objects (~13 MB)
 #: stay in the CPU cache across the column passes over them; each batch is freed once tabulated.
 BATCH = 20_000

@@ -129,8 +129,7 @@ def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None, *,
     """Download one object to a temporary file and parse it; the rank keeps the object's URL.
     Raises :class:`TraceFileError` (one line) when it cannot be fetched or read."""
     from traceread.errors import TraceFileError
-    from traceread.reader.parse import parse_file
-    from traceread.reader.ranks import identify
+    from traceread.reader.parse import parse_named
 
     with tempfile.TemporaryDirectory(prefix="traceread-remote-") as tmp:
         local = Path(tmp) / (rf.name or "trace.json")
@@ -140,10 +139,4 @@ def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None, *,
         except Exception as exc:  # noqa: BLE001 - network trouble fails this rank only
             raise TraceFileError(f"cannot fetch: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                  rf.url) from None
-        try:
-            rt = parse_file(local, max_rank_bytes=max_rank_bytes)
-        except TraceFileError as exc:
-            raise TraceFileError(exc.message, rf.url) from None
-    rt.file = rf.url
-    identify(rt, single=True)
-    return rt
+        return parse_named(local, rf.url, max_rank_bytes=max_rank_bytes)
