@@ -133,3 +133,12 @@ def test_node_local_needs_ray_executor(job: Path) -> None:
                         "--format", "json"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert r.returncode == 2 and "--node-local goes with --executor ray" in r.stderr
+
+
+def test_cycle_choice_on_node_local_files_is_said(job: Path, cluster: object) -> None:
+    """Node-local files are not grouped into cycles on the driver: ``--cycle 2`` cannot be applied,
+    and the report says so instead of ignoring it silently."""
+    doc = build_report([f"{job}/${NODE_VAR}"], ReportOptions(use_cache=False, executor="ray", node_local=True,
+                                                             cycle="2"))
+    assert doc["source"]["ranks_read"] == 8
+    assert any(w.startswith("--cycle 2 applies to files this machine can read") for w in doc["warnings"])

@@ -143,6 +143,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     local = [f for f in found.files if getattr(f, "url", None) is None]
     chosen = cycles.select(local, opts.cycle, warnings) if local else None
     found.files = (cycles.chosen_files(chosen, local) if chosen is not None else []) + remote
+    if remote and (opts.cycle or "latest").strip().lower() not in ("latest", "all"):
+        warnings.append(f"--cycle {opts.cycle} applies to files this machine can read; the {len(remote)} object URL(s) "
+                        "or node-local file(s) are not grouped into cycles, so all of them were analysed")
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
