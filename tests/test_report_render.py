@@ -190,11 +190,19 @@ def test_html_escapes_trace_strings_everywhere(doc: dict) -> None:
 
 
 def test_html_is_self_contained_with_plotly_once(doc: dict) -> None:
+    """plotly.js is in the page once, gzipped + base64, and unpacks to exactly the vendored bundle."""
+    import base64
+    import gzip
+
     page = html.render_html(doc)
-    js = html.plotly_js()
-    assert page.count(js[:200]) == 1
+    packed = html.plotly_js_packed()
+    assert page.count(packed) == 1
+    m = re.search(r'<script type="application/octet-stream" id="traceread-plotly"[^>]*>([A-Za-z0-9+/=]+)</script>', page)
+    assert m is not None and m.group(1) == packed
+    unpacked = gzip.decompress(base64.b64decode(m.group(1))).decode("utf-8")
+    assert unpacked == html.PLOTLY_ASSET.read_text(encoding="utf-8")
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
-    assert "cdn.plot.ly" not in page.replace(js, "")
+    assert "cdn.plot.ly" not in page.replace(packed, "")
 
 
 def test_every_section_is_present_with_data(doc: dict) -> None:
@@ -232,7 +240,7 @@ def test_big_job_page_stays_small() -> None:
                               "wait_us": [[100.0] * N_STEPS for _ in range(512)]}
     d["findings"] = findings.build_findings(d)
     page = html.render_html(d)
-    extra = len(page) - len(html.plotly_js())
+    extra = len(page) - len(html.plotly_js_packed())
     assert extra < 2_500_000, extra
     fig, _ = charts.timeline_figure(d)
     lanes = {y for trace in fig["data"] for y in trace["y"]}
