@@ -46,7 +46,7 @@ def plotly_js() -> str:
         from plotly.offline import get_plotlyjs
 
         js = get_plotlyjs()
-    return js.replace("</script", "<\\/script")
+    return js
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +56,7 @@ def plotly_js_packed() -> str:
     import base64
     import gzip
 
-    raw = plotly_js().replace("<\\/script", "</script").encode("utf-8")
+    raw = plotly_js().encode("utf-8")
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
 
 

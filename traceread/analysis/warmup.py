@@ -43,9 +43,11 @@ def warmup_event(name: str) -> bool:
     return bool(_WARMUP_RE.search(name))
 
 
-#: Host categories that are never start-up work themselves (launches and device-side mirrors).
-_NOT_HOST_WORK = frozenset({"cuda_runtime", "cuda_driver", "cuda_sync", "gpu_user_annotation", "ac2g", "async",
-                            "Runtime", "kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
+#: Categories that are never start-up *host* work: device-side events, launches and their mirrors
+#: (the peek of a raw trace and the summary of a parsed one skip the same ones).
+NOT_STARTUP_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset",
+                              "gpu_user_annotation", "cuda_runtime", "Runtime", "cuda_driver", "cuda_sync",
+                              "ac2g", "async"})
 
 
 def warm_names_of(host: Any) -> dict[str, float]:
@@ -55,8 +57,7 @@ def warm_names_of(host: Any) -> dict[str, float]:
 
     if host is None or not host.height:
         return {}
-    spans = host.filter(pl.col("dur").is_not_null() & ~pl.col("cat").is_in(list(_NOT_HOST_WORK))
-                        & ~pl.col("name").str.starts_with("ProfilerStep#"))
+    spans = host.filter(pl.col("dur").is_not_null() & ~pl.col("cat").is_in(list(NOT_STARTUP_CATS)))
     names = [n for n in spans["name"].drop_nulls().unique().to_list() if warmup_event(n)]
     if not names:
         return {}

@@ -21,7 +21,7 @@ and the step / start-up events, no tables.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -217,13 +217,19 @@ def judge_warmup(cycles: list[Cycle]) -> None:
         if not peeked:
             continue
         steps: dict[int, list[float]] = {}
-        names: dict[str, float] = {}
         for f in peeked:
             for s, d in f.steps.items():
                 steps.setdefault(s, []).append(d)
-            for n, d in f.warm_names.items():
-                names[n] = max(names.get(n, 0.0), d)
-        c.warmup = judge([median(v) for _, v in sorted(steps.items())], names)
+        c.warmup = judge([median(v) for _, v in sorted(steps.items())], _longest_per_name(f.warm_names for f in peeked))
+
+
+def _longest_per_name(per_file: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Start-up event name -> its largest total over the files (or ranks) of one cycle."""
+    names: dict[str, float] = {}
+    for one in per_file:
+        for n, d in one.items():
+            names[n] = max(names.get(n, 0.0), d)
+    return names
 
 
 def _skip_as_warmup(c: Cycle, run: list[Cycle]) -> bool:
@@ -300,23 +306,16 @@ def chosen_files(sel: Selection, order: Sequence[Path]) -> list[Path]:
 
 
 def annotate(report: dict[str, Any], sel: Selection, warnings: list[str],
-             warm_names: Sequence[dict[str, float]] | None = None) -> None:
+             warm_names: Sequence[dict[str, float]]) -> None:
     """After the engine ran: the ``source`` cycle fields and, when the analysed steps look like
     warm-up (analysis.warmup), a warning saying so and what to record instead. ``warm_names``: the
-    start-up events each rank's summary found (the map read every event); without them one file
-    is peeked."""
+    start-up events each rank's summary found (the map read every event, so no file is read again)."""
     from traceread.analysis.warmup import judge, report_step_us
 
     if len(sel.chosen) != 1:
         return
     c = sel.chosen[0]
-    files = [f for f in c.files if not f.unreadable]
-    if warm_names is None and files and not any(f.peeked for f in files):
-        peek(min(files, key=lambda f: (f.rank if f.rank is not None else 1 << 30, str(f.path))))
-    names: dict[str, float] = {}
-    for per_file in (warm_names if warm_names is not None else [f.warm_names for f in files]):
-        for n, d in per_file.items():
-            names[n] = max(names.get(n, 0.0), d)
+    names = _longest_per_name(warm_names)
     steps = report_step_us(report.get("ranks") or [])
     if steps or names:
         c.warmup = judge(steps, names)

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from traceread.analysis.warmup import NOT_STARTUP_CATS
 from traceread.errors import TraceFileError
 from traceread.reader.discover import NOT_A_TRACE
 from traceread.reader.ranks import rank_from_name
@@ -26,9 +27,6 @@ _CYCLE_RE = re.compile(r"(?<![a-z])cycle[-_]?(\d+)", re.IGNORECASE)
 #: ``tensorboard_trace_handler``: ``{worker}.{time}.pt.trace.json`` (time in ms, or ns in newer torch).
 _STAMP_RE = re.compile(r"\.(\d{10}|\d{13}|\d{16}|\d{19})\.pt\.trace\.json")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-#: Device-side categories: kernels and copies are never start-up *host* work (and are most events).
-_DEVICE_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "gpu_user_annotation",
-                          "cuda_runtime", "Runtime", "cuda_driver", "ac2g", "async"})
 
 
 @dataclass
@@ -147,7 +145,7 @@ def _scan(batch: list[Any], steps: dict[int, float], warm: dict[str, float], fir
             step = int(m.group(1))
             steps[step] = max(steps.get(step, 0.0), dur)
             first_ts = e.ts if first_ts is None else min(first_ts, e.ts)
-        elif e.cat not in _DEVICE_CATS and warmup_event(name):
+        elif e.cat not in NOT_STARTUP_CATS and warmup_event(name):
             warm[name] = warm.get(name, 0.0) + dur
     return first_ts
 
