@@ -26,6 +26,8 @@ import argparse
 import gzip
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,8 +77,13 @@ def tiles(events: list[dict], copies: int) -> Iterator[list[dict]]:
         yield out
 
 
-def write_tiled(doc: dict, mb: float, dest: Path) -> tuple[int, int]:
-    """Write ``doc`` with its events tiled to ~``mb`` MB of JSON; returns (copies, bytes)."""
+def write_tiled(doc: dict, mb: float, dest: Path, body_cache: Path | None = None) -> tuple[int, int]:
+    """Write ``doc`` with its events tiled to ~``mb`` MB of JSON; returns (copies, bytes).
+
+    The file is three gzip members (header, events, trailing keys), which any gzip reader takes
+    as one stream. ``body_cache``: where the events member is kept so that the next rank of a set
+    whose ranks differ only in their header (``a100``) copies it instead of compressing it again.
+    """
     events = doc["traceEvents"]
     one = len(orjson.dumps(events))
     copies = max(1, round(mb * 1e6 / one))
@@ -85,24 +92,28 @@ def write_tiled(doc: dict, mb: float, dest: Path) -> tuple[int, int]:
     # Kineto's order: metadata, then the events, then traceName & co.
     before = {k: head[k] for k in keys[: max(1, len(keys) - 2)]}
     after = {k: head[k] for k in keys if k not in before}
-    written = 0
-    with gzip.open(dest, "wb", compresslevel=1) as fh:
-
-        def put(b: bytes) -> None:
-            nonlocal written
-            fh.write(b)
-            written += len(b)
-
-        put(orjson.dumps(before)[:-1] + b',\n"traceEvents": [\n')
-        first = True
-        for tile in tiles(events, copies):
-            if not tile:
-                continue
-            text = orjson.dumps(tile)[1:-1].replace(b"},{", b"},\n  {")
-            put((b"" if first else b",\n  ") + text)
-            first = False
-        put(b"\n]," + orjson.dumps(after)[1:] if after else b"\n]}")
-    return copies, written
+    first_bytes = orjson.dumps(before)[:-1] + b',\n"traceEvents": [\n'
+    last_bytes = b"\n]," + orjson.dumps(after)[1:] if after else b"\n]}"
+    body = body_cache if body_cache is not None else dest.with_suffix(".body.gz")
+    if body_cache is None or not body.exists():
+        with gzip.open(body, "wb", compresslevel=1) as fh:
+            first = True
+            for tile in tiles(events, copies):
+                if not tile:
+                    continue
+                text = orjson.dumps(tile)[1:-1].replace(b"},{", b"},\n  {")
+                fh.write((b"" if first else b",\n  ") + text)
+                first = False
+    with dest.open("wb") as out:
+        out.write(gzip.compress(first_bytes, compresslevel=1))
+        with body.open("rb") as src:
+            shutil.copyfileobj(src, out, 16 << 20)
+        out.write(gzip.compress(last_bytes, compresslevel=1))
+    if body_cache is None:
+        body.unlink()
+    with gzip.open(dest, "rb") as check:  # the uncompressed size, from the stream itself
+        n = sum(len(b) for b in iter(lambda: check.read(16 << 20), b""))
+    return copies, n
 
 
 def main() -> None:
@@ -129,11 +140,14 @@ def main() -> None:
                                       "world_size": args.ranks}
             docs.append((r, doc))
     out.mkdir(parents=True, exist_ok=True)
-    for _, doc in docs:
-        rank = doc["distributedInfo"]["rank"]
-        dest = out / f"rank{rank}.pt.trace.json.gz"
-        copies, n = write_tiled(doc, mb, dest)
-        print(f"{dest}: {copies} steps, {n / 1e6:.1f} MB uncompressed")
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        # a100 ranks share their events (only distributedInfo differs): compress them once.
+        body = Path(tmp) / "events.gz" if args.set == "a100" else None
+        for _, doc in docs:
+            rank = doc["distributedInfo"]["rank"]
+            dest = out / f"rank{rank}.pt.trace.json.gz"
+            copies, n = write_tiled(doc, mb, dest, body)
+            print(f"{dest}: {copies} steps, {n / 1e6:.1f} MB uncompressed", flush=True)
 
 
 if __name__ == "__main__":

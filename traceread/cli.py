@@ -62,6 +62,9 @@ def cli() -> None:
 
 def main() -> None:
     """Console entry point: user-input errors become one line on stderr, never a traceback."""
+    from traceread.engine.memory import quiet_allocator
+
+    quiet_allocator()  # before polars loads (engine.memory does not import it)
     try:
         code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -33,13 +33,24 @@ def host_self_time(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
     h = rt.host
     if h.height == 0 or windows.height == 0 or "parent" not in h.columns:
         return pl.DataFrame(schema=SCHEMA)
-    kids = h.filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.col("dur").sum().alias("_kids"))
-    ev = (h.select("row", "name", "ts", "dur").join(kids, left_on="row", right_on="parent", how="left")
-          .with_columns((pl.col("dur") - pl.col("_kids").fill_null(0.0)).clip(lower_bound=0.0).alias("self_us"))
-          .filter(~pl.col("name").str.starts_with("ProfilerStep#") & (pl.col("self_us") > 0)))
+    # Per-row arrays instead of joins on the host table: a join or sort of it would copy every
+    # name (hundreds of MB on a 1 GB rank); only the rows kept at the end carry their name.
+    kids = h.select("parent", "dur").filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.col("dur").sum())
+    kids_us = np.zeros(h.height)
+    kids_us[kids["parent"].to_numpy()] = kids["dur"].to_numpy()
+    self_us = np.maximum(h["dur"].to_numpy() - kids_us, 0.0)
+    del kids, kids_us
     w = windows.select("step", "start", "end").sort("start")
-    ev = ev.sort("ts").join_asof(w, left_on="ts", right_on="start", strategy="backward")
-    ev = ev.filter(pl.col("step").is_not_null() & (pl.col("ts") < pl.col("end")))
+    ts = h["ts"].to_numpy()
+    at = np.searchsorted(w["start"].to_numpy(), ts, side="right") - 1  # last window starting <= ts
+    inside = at >= 0
+    at[~inside] = 0
+    inside &= ts < w["end"].to_numpy()[at]
+    keep = inside & (self_us > 0)
+    keep &= ~h["name"].str.starts_with("ProfilerStep#").fill_null(True).to_numpy()  # unnamed: dropped
+    ev = h.select("name").with_columns(
+        pl.Series("step", w["step"].to_numpy()[at], dtype=pl.Int64), pl.Series("self_us", self_us)
+    ).filter(pl.Series(keep))
     per = ev.group_by("step", "name").agg(pl.col("self_us").sum())
     keep = per.group_by("name").agg(pl.col("self_us").max()).sort("self_us", descending=True).head(KEEP_NAMES)
     return per.filter(pl.col("name").is_in(keep["name"].implode())).select(

@@ -57,7 +57,7 @@ def warm_names_of(host: Any) -> dict[str, float]:
 
     if host is None or not host.height:
         return {}
-    spans = host.filter(pl.col("dur").is_not_null() & ~pl.col("cat").is_in(list(NOT_STARTUP_CATS)))
+    spans = host.select("cat", "name", "dur").filter(pl.col("dur").is_not_null() & ~pl.col("cat").is_in(list(NOT_STARTUP_CATS)))
     names = [n for n in spans["name"].drop_nulls().unique().to_list() if warmup_event(n)]
     if not names:
         return {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from traceread.engine import caches, tasks
+from traceread.engine.memory import Budget, quiet_allocator
 from traceread.errors import TraceFileError
 from traceread.options import ReportOptions
 from traceread.reader.inflate import max_rank_bytes
@@ -56,32 +57,54 @@ class InProcessExecutor:
 
 
 class ProcessExecutor:
-    """A local pool of spawned processes. ``alongside``: work for this process while the pool runs."""
+    """A local pool of spawned processes. ``alongside``: work for this process while the pool runs.
+    ``budget``: a task starts only while the planned peaks of the running ones fit in memory
+    (:mod:`traceread.engine.memory`); without one, ``workers`` tasks run at a time."""
 
-    def __init__(self, workers: int, alongside: Callable[[], None] | None = None) -> None:
+    def __init__(self, workers: int, alongside: Callable[[], None] | None = None,
+                 budget: Budget | None = None) -> None:
         self.workers = workers
         self.alongside = alongside
+        self.budget = budget
 
     def map(self, fn: Callable[..., Any], items: Sequence[tuple[Any, ...]], done: Done) -> None:
         if not items:
             if self.alongside:
                 self.alongside()
             return
+        quiet_allocator()  # inherited by the workers spawned below
         ctx = multiprocessing.get_context("spawn")
         retry: list[int] = []
+        budget = self.budget
+        waiting = list(range(len(items)))
         with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
-            futs: dict[Future[Any], int] = {pool.submit(fn, *args): i for i, args in enumerate(items)}
+            futs: dict[Future[Any], int] = {}
+
+            def submit() -> None:
+                # First fit, in order: a rank too large for what is left waits; a smaller one may go.
+                for i in list(waiting):
+                    if len(futs) >= self.workers:
+                        return
+                    if budget is None or budget.fits(i, len(futs)):
+                        waiting.remove(i)
+                        if budget is not None:
+                            budget.start(i)
+                        futs[pool.submit(fn, *items[i])] = i
+
+            submit()
             if self.alongside:
                 self.alongside()
-            pending = set(futs)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while futs:
+                finished, _ = wait(set(futs), return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    i = futs[fut]
+                    i = futs.pop(fut)
+                    if budget is not None:
+                        budget.finish(i)
                     try:
                         done(i, fut.result())
                     except Exception:  # noqa: BLE001 - the worker failed (crash, OOM, pool broken)
                         retry.append(i)
+                submit()
         # Second and last try, here: a pool that cannot start (a script without an
         # ``if __name__ == "__main__"`` guard under spawn) or a worker killed by the OOM killer.
         for i in retry:
@@ -102,16 +125,23 @@ def _call_twice(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         return _call_once(fn, args, "analysis failed")
 
 
-def make_executor(opts: ReportOptions, n_tasks: int, alongside: Callable[[], None] | None = None) -> Executor:
-    """The executor the options ask for (Ray is imported only here, only when asked for)."""
+def make_executor(opts: ReportOptions, files: Sequence[Any], alongside: Callable[[], None] | None = None) -> Executor:
+    """The executor the options ask for (Ray is imported only here, only when asked for); local
+    workers get the memory budget of ``files``."""
     if opts.executor == "ray":
         from traceread.engine.ray_executor import RayExecutor
 
         return RayExecutor(address=opts.ray_address, alongside=alongside)
+    n_tasks = len(files)
     workers = default_workers(n_tasks) if opts.workers is None else max(1, opts.workers)
     if workers <= 1 or n_tasks <= 1:
         return _Sequential(alongside)
-    return ProcessExecutor(workers, alongside)
+    return ProcessExecutor(workers, alongside, Budget.for_files([_local_path(f) for f in files]))
+
+
+def _local_path(f: Any) -> Any:
+    """The local path of a work item's file; None for object URLs and other nodes' files."""
+    return None if getattr(f, "url", None) is not None or not isinstance(f, (str, Path)) else f
 
 
 class _Sequential(InProcessExecutor):
@@ -170,7 +200,7 @@ def summarise_files(files: Sequence[Any], opts: ReportOptions) -> dict[Any, Any]
                     out[f] = TraceFileError(f"unreadable result from the worker: {type(exc).__name__}", str(f))
             advance(task_of[f].name)
 
-        executor = make_executor(opts, len(remote), alongside=here if local else None)
+        executor = make_executor(opts, remote, alongside=here if local else None)
         executor.map(tasks.summarise_task, [(task_of[f],) for f in remote], done)
     return out
 
@@ -257,7 +287,7 @@ def read_tables(files: Sequence[Path], *, use_cache: bool, cache_dir: Path | Non
                     out[f] = caches.load_tables(f, transfer) or _read_here(f)  # changed meanwhile: here
                 advance(f.name)
 
-            ProcessExecutor(n).map(tasks.parse_task, [(str(f), str(transfer)) for f in todo], done)
+            ProcessExecutor(n, budget=Budget.for_files(todo)).map(tasks.parse_task, [(str(f), str(transfer)) for f in todo], done)
     return out
 
 

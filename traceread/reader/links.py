@@ -22,8 +22,11 @@ def link(gpu: pl.DataFrame, host: pl.DataFrame, op_anc: np.ndarray) -> pl.DataFr
     """Fill ``launch_row`` and ``op_row`` of the GPU table (rows of ``host``)."""
     if gpu.height == 0:
         return gpu
+    # Each lookup selects its few columns before filtering: a filter of the whole host table
+    # would copy every column of the matching rows (hundreds of MB on a 1 GB rank).
     launches = (
-        host.filter(pl.col("cat").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null())
+        host.select("cat", "correlation", "row")
+        .filter(pl.col("cat").is_in(LAUNCH_CATEGORIES) & pl.col("correlation").is_not_null())
         # Prefer the runtime call over the driver call it wraps when both carry the id.
         .sort([pl.col("cat") != "cuda_runtime", "row"])
         .unique("correlation", keep="first", maintain_order=True)
@@ -42,7 +45,8 @@ def link(gpu: pl.DataFrame, host: pl.DataFrame, op_anc: np.ndarray) -> pl.DataFr
     missing = g["op_row"].is_null() & g["external_id"].is_not_null()
     if missing.any():
         by_ext = (
-            host.filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_not_null())
+            host.select("cat", "external_id", "row")
+            .filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_not_null())
             .unique("external_id", keep="first", maintain_order=True)
             .select("external_id", _ext_op=pl.col("row"))
         )

@@ -12,6 +12,8 @@ as parent and its depth + 1, so a kernel launch can be traced back to the op tha
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import polars as pl
 
@@ -42,21 +44,22 @@ def nest(host: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     # Parents first at equal start: longer first, then nesting events before leaves, then row.
     order = np.lexsort((np.arange(n), ~is_nest, -dur, ts, thread))
 
-    end = ts + dur
+    # The sweep reads and writes 8-byte arrays (``array``), not lists: a list holds a 32-byte
+    # Python object per float and per large int, ~5x the memory on a rank of millions of events.
     depth_o, parent_o, op_o = _sweep(
-        thread[order].tolist(),
-        ts[order].tolist(),
-        end[order].tolist(),
-        is_nest[order].tolist(),
-        is_op[order].tolist(),
+        array("q", thread[order].tobytes()),
+        array("d", ts[order].tobytes()),
+        array("d", (ts + dur)[order].tobytes()),
+        array("b", is_nest[order].tobytes()),
+        array("b", is_op[order].tobytes()),
     )
     # Results come in sweep order, parents and ops as sweep positions: map back to rows.
     order_ext = np.append(order, -1)  # position -1 -> row -1
     depth = np.empty(n, dtype=np.int64)
     parent = np.empty(n, dtype=np.int64)
-    depth[order] = depth_o
-    parent[order] = order_ext[np.array(parent_o, dtype=np.int64)]
-    op_anc[order] = order_ext[np.array(op_o, dtype=np.int64)]
+    depth[order] = np.frombuffer(depth_o, dtype=np.int64)
+    parent[order] = order_ext[np.frombuffer(parent_o, dtype=np.int64)]
+    op_anc[order] = order_ext[np.frombuffer(op_o, dtype=np.int64)]
     host = host.with_columns(
         pl.Series("depth", depth, dtype=pl.Int64),
         pl.Series("parent", parent, dtype=pl.Int64).replace(-1, None),
@@ -65,12 +68,12 @@ def nest(host: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
 
 
 def _sweep(
-    thread: list[int],
-    start: list[float],
-    end: list[float],
-    is_nest: list[bool],
-    is_op: list[bool],
-) -> tuple[list[int], list[int], list[int]]:
+    thread: array,
+    start: array,
+    end: array,
+    is_nest: array,
+    is_op: array,
+) -> tuple[array, array, array]:
     """The stack sweep over events already in sweep order (grouped by thread, sorted by start,
     parents first). Returns, per position: depth, the parent's position and the innermost
     cpu_op's position at or above it (-1: none).
@@ -79,9 +82,9 @@ def _sweep(
     parent's depth + 1 (the stack below the parent is exactly the parent's ancestors).
     """
     n = len(start)
-    depth = [0] * n
-    parent = [-1] * n
-    opanc = [-1] * n
+    depth = array("q", bytes(8 * n))
+    parent = array("q", b"\xff" * (8 * n))  # -1
+    opanc = array("q", b"\xff" * (8 * n))
     stack: list[int] = []
     push, pop = stack.append, stack.pop
     cur = None
