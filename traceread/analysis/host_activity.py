@@ -52,7 +52,9 @@ def host_self_time(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
         pl.Series("step", w["step"].to_numpy()[at], dtype=pl.Int64), pl.Series("self_us", self_us)
     ).filter(pl.Series(keep))
     per = ev.group_by("step", "name").agg(pl.col("self_us").sum())
-    keep = per.group_by("name").agg(pl.col("self_us").max()).sort("self_us", descending=True).head(KEEP_NAMES)
+    # Ties broken by name: group_by order is arbitrary, and the extract must not change run to run.
+    keep = (per.group_by("name").agg(pl.col("self_us").max())
+            .sort(["self_us", "name"], descending=[True, False]).head(KEEP_NAMES))
     return per.filter(pl.col("name").is_in(keep["name"].implode())).select(
         [pl.col(c).cast(t) for c, t in SCHEMA.items()]).sort("step", "name")
 
