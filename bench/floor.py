@@ -49,6 +49,11 @@ def _chunks(path: Path):  # type: ignore[no-untyped-def]
             while raw:
                 yield d.decompress(raw, 8 << 20)
                 raw = d.unconsumed_tail
+                if d.eof:  # a multi-member file (bench/make_large.py writes three): next member
+                    raw = d.unused_data + raw
+                    d = zlib.decompressobj(wbits=31)
+                    if not raw:
+                        break
 
 
 def floor(path: Path) -> tuple[int, int]:
