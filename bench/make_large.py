@@ -29,6 +29,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -77,12 +78,20 @@ def tiles(events: list[dict], copies: int) -> Iterator[list[dict]]:
         yield out
 
 
-def write_tiled(doc: dict, mb: float, dest: Path, body_cache: Path | None = None) -> tuple[int, int]:
+@dataclass
+class EventsMember:
+    """The gzip member holding a rank's tiled events, and its uncompressed length (-1: not yet
+    written). Ranks that differ only in their header (``a100``) share one: compressed once."""
+
+    path: Path
+    text_bytes: int = -1
+
+
+def write_tiled(doc: dict, mb: float, dest: Path, shared: EventsMember | None = None) -> tuple[int, int]:
     """Write ``doc`` with its events tiled to ~``mb`` MB of JSON; returns (copies, bytes).
 
     The file is three gzip members (header, events, trailing keys), which any gzip reader takes
-    as one stream. ``body_cache``: where the events member is kept so that the next rank of a set
-    whose ranks differ only in their header (``a100``) copies it instead of compressing it again.
+    as one stream.
     """
     events = doc["traceEvents"]
     one = len(orjson.dumps(events))
@@ -94,26 +103,25 @@ def write_tiled(doc: dict, mb: float, dest: Path, body_cache: Path | None = None
     after = {k: head[k] for k in keys if k not in before}
     first_bytes = orjson.dumps(before)[:-1] + b',\n"traceEvents": [\n'
     last_bytes = b"\n]," + orjson.dumps(after)[1:] if after else b"\n]}"
-    body = body_cache if body_cache is not None else dest.with_suffix(".body.gz")
-    if body_cache is None or not body.exists():
-        with gzip.open(body, "wb", compresslevel=1) as fh:
-            first = True
+    body = shared if shared is not None else EventsMember(dest.with_suffix(".body.gz"))
+    if body.text_bytes < 0:
+        body.text_bytes = 0
+        with gzip.open(body.path, "wb", compresslevel=1) as fh:
             for tile in tiles(events, copies):
                 if not tile:
                     continue
                 text = orjson.dumps(tile)[1:-1].replace(b"},{", b"},\n  {")
-                fh.write((b"" if first else b",\n  ") + text)
-                first = False
+                text = text if body.text_bytes == 0 else b",\n  " + text
+                fh.write(text)
+                body.text_bytes += len(text)
     with dest.open("wb") as out:
         out.write(gzip.compress(first_bytes, compresslevel=1))
-        with body.open("rb") as src:
+        with body.path.open("rb") as src:
             shutil.copyfileobj(src, out, 16 << 20)
         out.write(gzip.compress(last_bytes, compresslevel=1))
-    if body_cache is None:
-        body.unlink()
-    with gzip.open(dest, "rb") as check:  # the uncompressed size, from the stream itself
-        n = sum(len(b) for b in iter(lambda: check.read(16 << 20), b""))
-    return copies, n
+    if shared is None:
+        body.path.unlink()
+    return copies, len(first_bytes) + body.text_bytes + len(last_bytes)
 
 
 def main() -> None:
@@ -142,7 +150,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         # a100 ranks share their events (only distributedInfo differs): compress them once.
-        body = Path(tmp) / "events.gz" if args.set == "a100" else None
+        body = EventsMember(Path(tmp) / "events.gz") if args.set == "a100" else None
         for _, doc in docs:
             rank = doc["distributedInfo"]["rank"]
             dest = out / f"rank{rank}.pt.trace.json.gz"

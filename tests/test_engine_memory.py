@@ -75,7 +75,7 @@ def test_budget_env_overrides_the_measurement(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_admission_first_fit_and_the_largest_alone() -> None:
-    b = Budget([worker_peak(10 << 30), worker_peak(1 << 30), worker_peak(1 << 30)], limit=22 << 30)
+    b = Budget([worker_peak(10 << 30), worker_peak(1 << 30), worker_peak(1 << 30)].__getitem__, limit=22 << 30)
     assert b.limit == int((22 << 30) * memory.USABLE_SHARE)
     assert b.fits(0, running=0)
     b.start(0)
@@ -84,10 +84,21 @@ def test_admission_first_fit_and_the_largest_alone() -> None:
     assert not b.fits(2, running=2)
     b.finish(0)
     assert b.fits(2, running=1)
-    huge = Budget([worker_peak(100 << 30)], limit=8 << 30)
+    huge = Budget(lambda i: worker_peak(100 << 30), limit=8 << 30)
     assert huge.fits(0, running=0)  # larger than the machine: it still runs, alone
-    assert huge.concurrency() == 1
-    assert Budget([1, 1], limit=None).fits(1, running=5)
+    huge.start(0)
+    assert not huge.fits(1, running=1)  # and nothing beside it
+    assert Budget([1, 1].__getitem__, limit=None).fits(1, running=5)
+
+
+def test_peaks_are_estimated_once_and_only_when_asked() -> None:
+    asked: list[int] = []
+    b = Budget(lambda i: asked.append(i) or 100, limit=1000)
+    assert asked == []
+    assert b.fits(2, running=1) and b.fits(2, running=1)
+    b.start(2)
+    b.finish(2)
+    assert asked == [2] and b.in_use == 0
 
 
 def _stamp(seconds: float) -> tuple[float, float, int]:
@@ -108,14 +119,14 @@ def _max_overlap(spans: list[tuple[float, float, int]]) -> int:
 def test_a_real_pool_runs_only_what_fits() -> None:
     """Two workers, three tasks whose planned peaks fit one at a time: they never overlap."""
     out: dict[int, tuple[float, float, int]] = {}
-    budget = Budget([1000, 1000, 1000], limit=int(1500 / memory.USABLE_SHARE) + 1)
+    budget = Budget([1000, 1000, 1000].__getitem__, limit=int(1500 / memory.USABLE_SHARE) + 1)
     ProcessExecutor(2, budget=budget).map(_stamp, [(0.4,)] * 3, lambda i, r: out.__setitem__(i, r))
     assert sorted(out) == [0, 1, 2]
     assert _max_overlap(list(out.values())) == 1
     assert budget.in_use == 0
 
     out.clear()
-    roomy = Budget([1000, 1000], limit=10_000)
+    roomy = Budget([1000, 1000].__getitem__, limit=10_000)
     ProcessExecutor(2, budget=roomy).map(_stamp, [(3.0,)] * 2, lambda i, r: out.__setitem__(i, r))
     assert _max_overlap(list(out.values())) == 2
 

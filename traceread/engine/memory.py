@@ -11,7 +11,7 @@ whole budget runs alone. Definitions:
   one ratio through the file; a bomb's estimate is capped at ``--max-rank-bytes``, past which the
   reader stops anyway).
 * **peak** of a worker = :data:`WORKER_BASE` + :data:`PEAK_PER_TEXT_BYTE` x text bytes, the
-  largest ratio measured by ``bench/bench_stream.py`` on the 1 GB and 5 GB ranks (README, Speed).
+  largest ratio measured on the 1 GB and 5 GB ranks (README, Speed, "Memory pass"), rounded up.
 * **available**: ``MemAvailable`` of ``/proc/meminfo``, lowered to the cgroup's limit minus its
   usage inside a container; ``$TRACEREAD_MEMORY_BUDGET`` (a size such as ``12GiB``, or ``off``)
   overrides it.
@@ -20,8 +20,7 @@ whole budget runs alone. Definitions:
 from __future__ import annotations
 
 import os
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -39,7 +38,7 @@ USABLE_SHARE = 0.85
 
 def text_bytes(path: str | Path) -> int | None:
     """Estimated uncompressed size of a local trace file; None when it cannot be opened."""
-    from traceread.reader.inflate import GZIP_MAGIC, ZSTD_MAGIC, max_rank_bytes
+    from traceread.reader.inflate import max_rank_bytes, prefix_expansion
 
     try:
         size = os.path.getsize(path)
@@ -47,42 +46,12 @@ def text_bytes(path: str | Path) -> int | None:
             sample = fh.read(SAMPLE_BYTES)
     except OSError:
         return None
-    if sample[:2] == GZIP_MAGIC:
-        out = _gunzipped_len(sample)
-    elif sample[:4] == ZSTD_MAGIC:
-        out = _unzstd_len(sample)
-    else:
-        return size
+    limit = max_rank_bytes()
+    # Counting stops once the estimate passes the limit: a bomb's sample is not inflated whole.
+    out = prefix_expansion(sample, cap=limit * len(sample) // max(size, 1) + 1)
     if not out:
         return size
-    return min(int(size * out / len(sample)), max_rank_bytes())
-
-
-def _gunzipped_len(sample: bytes) -> int:
-    """Bytes the (possibly multi-member) gzip text ``sample`` inflates to, as far as it goes."""
-    out, data = 0, sample
-    while data[:2] == b"\x1f\x8b":
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out += len(d.decompress(data))
-        except zlib.error:
-            break
-        if not d.eof:
-            break
-        data = d.unused_data
-    return out
-
-
-def _unzstd_len(sample: bytes) -> int:
-    try:
-        import zstandard
-    except ImportError:  # pragma: no cover - zstandard is a dependency
-        return 0
-    try:
-        reader = zstandard.ZstdDecompressor().decompressobj()
-        return len(reader.decompress(sample))
-    except zstandard.ZstdError:
-        return 0
+    return min(int(size * out / len(sample)), limit)
 
 
 def worker_peak(text: int | None) -> int:
@@ -133,34 +102,41 @@ def _cgroup_room() -> int | None:
 
 
 class Budget:
-    """Admission of tasks by planned peak: :meth:`fits` says whether task ``i`` may start now."""
+    """Admission of tasks by planned peak: :meth:`fits` says whether task ``i`` may start now.
 
-    def __init__(self, peaks: Sequence[int], limit: int | None) -> None:
-        self.peaks = list(peaks)
+    ``peak_of(i)``: task ``i``'s planned peak, asked for only when the task is considered, and once:
+    the estimates (a read of each file's start) then overlap the work instead of delaying it.
+    """
+
+    def __init__(self, peak_of: Callable[[int], int], limit: int | None) -> None:
+        self._peak_of = peak_of
+        self._peaks: dict[int, int] = {}
         self.limit = None if limit is None else int(limit * USABLE_SHARE)
         self.in_use = 0
 
     @classmethod
     def for_files(cls, files: Sequence[str | Path | None]) -> Budget:
         """The budget of local trace files (None: not local, planned as a small rank)."""
-        return cls([worker_peak(text_bytes(f) if f is not None else None) for f in files],
+        files = list(files)
+        return cls(lambda i: worker_peak(text_bytes(files[i]) if files[i] is not None else None),
                    available_bytes())
+
+    def peak(self, i: int) -> int:
+        if i not in self._peaks:
+            self._peaks[i] = self._peak_of(i)
+        return self._peaks[i]
 
     def fits(self, i: int, running: int) -> bool:
         """A task fits when nothing runs (the largest rank still runs, alone) or its peak fits."""
-        return running == 0 or self.limit is None or self.in_use + self.peaks[i] <= self.limit
+        return running == 0 or self.limit is None or self.in_use + self.peak(i) <= self.limit
 
     def start(self, i: int) -> None:
-        self.in_use += self.peaks[i]
+        if self.limit is not None:
+            self.in_use += self.peak(i)
 
     def finish(self, i: int) -> None:
-        self.in_use -= self.peaks[i]
-
-    def concurrency(self) -> int:
-        """How many of the largest tasks fit at once (1 at least): what the budget allows."""
-        if self.limit is None or not self.peaks:
-            return len(self.peaks) or 1
-        return max(1, self.limit // max(self.peaks))
+        if self.limit is not None:
+            self.in_use -= self.peak(i)
 
 
 #: polars' allocator (jemalloc, its symbols prefixed ``_rjem_``) reads its settings from this

@@ -9,6 +9,7 @@ of work, with one line naming the file.
 
 from __future__ import annotations
 
+import io
 import os
 import zlib
 from collections.abc import Iterator
@@ -89,6 +90,28 @@ def uncompressed_chunks(path: Path, limit: int | None = None) -> Iterator[bytes]
                             or head[:4] == ZSTD_MAGIC)
     finally:
         fh.close()
+
+
+def prefix_expansion(head: bytes, cap: int) -> int | None:
+    """Uncompressed bytes the compressed start ``head`` of a file yields, counting stops past
+    ``cap`` (bounded time and memory on a bomb); None when ``head`` is neither gzip nor zstd.
+    A prefix ends in mid-stream: the error that says so is just its end."""
+    where = Path("<prefix>")
+    if head[:2] == GZIP_MAGIC:
+        source = _gunzip(io.BytesIO(head), where)
+    elif head[:4] == ZSTD_MAGIC:
+        source = _unzstd(io.BytesIO(head), where)
+    else:
+        return None
+    out = 0
+    try:
+        for chunk in source:
+            out += len(chunk)
+            if out > cap:
+                break
+    except TraceFileError:
+        pass
+    return out
 
 
 def _guarded(source: Iterator[bytes], fh: BinaryIO, path: Path, limit: int,
