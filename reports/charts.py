@@ -13,7 +13,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from traceread.report_schema import Report
+from traceread.report_schema import LEDGER_CATEGORIES, Report
 from traceread.reports.explain import bus_factor
 from traceread.reports.stats import coll_time, n_steps, per_step, step_us
 
@@ -341,7 +341,6 @@ LEDGER_COLORS = {
 def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
     """The step ledger as stacked bars: one for the job (the critical path of the median step) and
     one per rank (its own ledger of that step); many ranks are sampled as in the timelines."""
-    from traceread.analysis.ledger import CATEGORIES
     from traceread.reports.ledger_view import by_category
 
     led = report.get("ledger")
@@ -353,7 +352,7 @@ def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
     cols += [(f"r{r['rank']}", by_category(r["ledger"]["parts"])) for r in ranks]
     x = [c for c, _ in cols]
     data = []
-    for cat in CATEGORIES:
+    for cat in LEDGER_CATEGORIES:
         y = [t.get(cat, 0.0) / 1000.0 for _, t in cols]
         if any(y):
             data.append({"type": "bar", "name": cat, "x": x, "y": y, "marker": {"color": LEDGER_COLORS[cat]},

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from traceread.analysis.ledger import CATEGORIES
-from traceread.report_schema import Report
+from traceread.report_schema import LEDGER_CATEGORIES, Report
 from traceread.reports.stats import ms
 
 #: Glyph, short label and rich colour of each category.
@@ -35,7 +34,7 @@ def by_category(parts: list[dict[str, Any]]) -> dict[str, float]:
     acc: dict[str, float] = defaultdict(float)
     for p in parts:
         acc[p["category"]] += float(p["us"])
-    return {c: acc[c] for c in CATEGORIES if acc.get(c)}
+    return {c: acc[c] for c in LEDGER_CATEGORIES if acc.get(c)}
 
 
 def bar_cells(totals: dict[str, float], width: int = BAR_WIDTH) -> list[tuple[str, int]]:
@@ -103,7 +102,7 @@ def rank_lines(report: Report, top: int) -> tuple[list[tuple[str, dict[str, floa
         for r in ranks:
             for c, v in by_category(r["ledger"]["parts"]).items():
                 mean[c] += v / len(ranks)
-        out.append((f"mean of {len(ranks)}", {c: mean[c] for c in CATEGORIES if mean.get(c)}))
+        out.append((f"mean of {len(ranks)}", {c: mean[c] for c in LEDGER_CATEGORIES if mean.get(c)}))
         note = (f"showing the critical rank (*) and the {len(shown) - 1} slowest others of {len(ranks)} ranks, "
                 "plus the mean over all ranks (every rank is in the JSON/HTML)")
     return out, note

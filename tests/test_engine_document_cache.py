@@ -66,18 +66,21 @@ def test_unchanged_run_only_renders(run: Path, tmp_path: Path, monkeypatch: pyte
     assert len(calls) == 2
 
 
-def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path) -> None:
-    """The warm path (document cached) never imports polars, numpy or an analysis module."""
+@pytest.mark.parametrize("fmt", ["json", "text", "html"])
+def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) -> None:
+    """The warm path (document cached) never imports polars, numpy or an analysis module, whatever
+    the renderer (the HTML page and the terminal draw the ledger from the document alone)."""
     env = dict(os.environ, TRACEREAD_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "traceread.cli", "report", str(run), "--format", "json", "-o", str(tmp_path / "r.json")]
+    cmd = [sys.executable, "-m", "traceread.cli", "report", str(run), "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")]
     assert subprocess.run(cmd, env=env, capture_output=True, timeout=300).returncode == 0
     probe = ("import sys, runpy; sys.argv = {argv!r}\n"
              "try:\n    runpy.run_module('traceread.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'numpy', 'pyarrow') "
              "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.summary')))\n"
-             "print(heavy)").format(argv=["traceread", *cmd[4:]])
+             "print(heavy)").format(argv=["traceread", *cmd[3:]])
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert "Usage:" not in r.stderr, r.stderr  # the probe ran the report, not a usage error
     assert r.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -124,9 +124,17 @@ class HangEntry(TypedDict, total=False):
     evidence: list[str]
 
 
+#: Every category of the step ledger, in display order (compute first, idle last; docs/ledger.md).
+#: Defined here, with the document, so that renderers know them without importing the analysis
+#: (and polars): re-rendering a cached report stays fast.
+LEDGER_CATEGORIES: tuple[str, ...] = (
+    "compute_bound", "memory_bound", "compute_other", "comm_transfer", "comm_wait", "bubble",
+    "exposed_memcpy", "host_bound", "dependency", "idle_other",
+)
+
+
 class LedgerPart(TypedDict):
-    category: str  # compute_bound, memory_bound, compute_other, comm_transfer, comm_wait, bubble,
-    #                exposed_memcpy, host_bound, dependency, idle_other (docs/ledger.md)
+    category: str  # one of LEDGER_CATEGORIES
     role: str | None  # process-group role for comm_wait/comm_transfer/bubble, else null
     rank: int  # whose time it is (job ledger: a late peer's rank where the critical path follows it)
     us: float

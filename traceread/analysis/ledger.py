@@ -39,12 +39,10 @@ from traceread import intervals as iv
 from traceread.analysis.breakdown import device_gpu_rows, snap_ns
 from traceread.analysis.commkind import comm_mask
 from traceread.model import RankTrace
+from traceread.report_schema import LEDGER_CATEGORIES
 
 #: Every category of the ledger, in display order (compute first, idle last).
-CATEGORIES: tuple[str, ...] = (
-    "compute_bound", "memory_bound", "compute_other", "comm_transfer", "comm_wait", "bubble",
-    "exposed_memcpy", "host_bound", "dependency", "idle_other",
-)
+CATEGORIES = LEDGER_CATEGORIES
 #: Categories that are useful work rather than time to recover.
 USEFUL: frozenset[str] = frozenset({"compute_bound", "compute_other"})
 
