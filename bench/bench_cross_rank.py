@@ -1,6 +1,6 @@
 """Cross-rank analyses at scale: match, clocks, collectives table and stragglers on synthetic extracts.
 
-No traces are read: each rank is represented by its :func:`traceread.analysis.collectives.comm_events`
+No traces are read: each rank is represented by its :func:`traceread.analysis.comm.collectives.comm_events`
 extract (what the report keeps per rank), built here for RANKS ranks x COLLS all-reduces, with every
 odd 8-rank host's clock 3 ms ahead and one rank 200 µs late to each collective. Prints the time of
 each stage and the straggler found (rank 517 by default).
@@ -17,10 +17,10 @@ import time
 import numpy as np
 import polars as pl
 
-from traceread.analysis.clocks import estimate_offsets
-from traceread.analysis.collectives import EXTRACT_SCHEMA, match_collectives
-from traceread.analysis.comm_perf import collective_table
-from traceread.analysis.stragglers import attribute
+from traceread.analysis.comm.clocks import estimate_offsets
+from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, match_collectives
+from traceread.analysis.comm.perf import collective_table
+from traceread.analysis.comm.stragglers import attribute
 
 
 def extracts(n: int, colls: int, late: int, per_step: int = 100) -> pl.DataFrame:

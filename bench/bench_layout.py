@@ -17,8 +17,8 @@ import time
 import numpy as np
 import polars as pl
 
-from traceread.analysis.collectives import EXTRACT_SCHEMA
-from traceread.analysis.layout import compact_groups, infer_layout
+from traceread.analysis.comm.collectives import EXTRACT_SCHEMA
+from traceread.analysis.comm.layout import compact_groups, infer_layout
 
 STEPS, TP_CALLS, DP_CALLS, STEP_US, COMPUTE_US = 5, 64, 8, 1000.0, 900.0
 

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import polars as pl
 
-from traceread.analysis import job_ledger, ledger, steps
-from traceread.analysis import roofline as rf
-from traceread.analysis.collectives import match_collectives
-from traceread.analysis.devices import device_for_meta
-from traceread.summary import summarise_rank
-from traceread.reader import read_rank
+from traceread.analysis.ledger import job as job_ledger, rank as ledger
+from traceread.analysis.time import steps
+from traceread.analysis.compute import roofline as rf
+from traceread.analysis.comm.collectives import match_collectives
+from traceread.analysis.hardware import device_for_meta
+from traceread.build.rank_map import summarise_rank
+from traceread.engine.jobs import read_rank
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

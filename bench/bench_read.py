@@ -23,7 +23,7 @@ DEFAULT = REPO / "bench" / "data" / "large8"
 _TRACEREAD = """
 import json, resource, sys, time
 t = time.perf_counter()
-from traceread.reader import read_traces
+from traceread.read import read_traces
 ts = read_traces(sys.argv[1], cache_dir=sys.argv[2], use_cache=sys.argv[3] == "1",
                  workers=int(sys.argv[4]) or None)
 wall = time.perf_counter() - t
@@ -48,8 +48,8 @@ print(json.dumps({"wall": wall, "ranks": len(a.t.traces),
 _DECODERS = """
 import gzip, json, sys, time
 import msgspec, orjson
-from traceread.reader.decode import Event, decode_all, decode_top, split_events
-from traceread.reader.inflate import uncompressed_chunks
+from traceread.read.decode import Event, decode_all, decode_top, split_events
+from traceread.read.inflate import uncompressed_chunks
 from pathlib import Path
 p = Path(sys.argv[1])
 data = b"".join(uncompressed_chunks(p))
@@ -75,7 +75,7 @@ print(json.dumps({
 
 _BASELINE = """
 import json, resource
-import polars, numpy, msgspec, traceread.reader
+import polars, numpy, msgspec, traceread.read
 print(json.dumps({"rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 

@@ -68,8 +68,8 @@ print({"load_s": t1 - t0, "analyses_s": t2 - t1})
 TRACEREAD_CODE = r"""
 import sys, time, json
 from pathlib import Path
-from traceread.analyze import ReportOptions, build_report
-from traceread.reports import html, json_report
+from traceread.build.report import ReportOptions, build_report
+from traceread.render import html, json_report
 folder, use_cache, workers = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
 t0 = time.perf_counter()
 doc = build_report([folder], ReportOptions(use_cache=use_cache, workers=workers))

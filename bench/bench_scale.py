@@ -34,8 +34,8 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 t_start = time.perf_counter()
-from traceread.analyze import ReportOptions, build_report
-from traceread.engine import executors
+from traceread.build.report import ReportOptions, build_report
+from traceread.build import run_map
 folder, cache, executor, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if executor == "ray":
     import os, ray
@@ -50,13 +50,13 @@ if executor == "ray":
                 raise
 t_ready = time.perf_counter()
 phase = {}
-real = executors.summarise_files
+real = run_map.summarise_files
 def timed(files, opts):
     t = time.perf_counter()
     out = real(files, opts)
     phase["map_s"] = time.perf_counter() - t
     return out
-executors.summarise_files = timed
+run_map.summarise_files = timed
 t0 = time.perf_counter()
 doc = build_report([folder], ReportOptions(cache_dir=Path(cache), workers=workers, executor=executor))
 t1 = time.perf_counter()
@@ -73,8 +73,8 @@ WARM = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from traceread.analyze import ReportOptions, build_report
-from traceread.reports import json_report
+from traceread.build.report import ReportOptions, build_report
+from traceread.render import json_report
 doc = build_report([sys.argv[1]], ReportOptions(cache_dir=Path(sys.argv[2])))
 text = json_report.to_json(doc)
 print(json.dumps({"rerender_s": round(time.perf_counter() - t0, 3), "ranks": len(doc["ranks"])}))

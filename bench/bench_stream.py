@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 _READER = """
 import sys
-from traceread.reader import read_traces
+from traceread.read import read_traces
 if __name__ == "__main__":
     ts = read_traces(sys.argv[1], use_cache=False)
     assert ts.ranks and not ts.failures, ts.failures

@@ -3,7 +3,7 @@
 What no reader of this JSON with these libraries can go below: the text is inflated in 8 MiB
 chunks and every event is decoded into a typed Struct holding the fields any analysis needs
 (``ph cat name pid tid ts dur id``), its ``args`` left as raw undecoded text. Written
-independently of ``traceread.reader`` (its own boundary search, its own structs) so the reader
+independently of ``traceread.read`` (its own boundary search, its own structs) so the reader
 cannot set its own bar. Streams, so it runs on a 5 GB rank in bounded memory.
 
     python bench/floor.py FILE...      # prints {"wall": s, "events": n, "bytes": n} per file

@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_factory import make_rank
 
-from traceread.analysis.breakdown import (
+from traceread.analysis.time.breakdown import (
     BREAKDOWN_FIELDS,
     Breakdown,
     identity_error,
     rank_breakdown,
     step_breakdowns,
 )
-from traceread.analysis.idle import idle_breakdown
-from traceread.analysis.steps import device_steps
+from traceread.analysis.time.idle import idle_breakdown
+from traceread.analysis.time.steps import device_steps
 from traceread.model import RankTrace
 
 NAMES = {"comp": "void gemm_kernel", "comm": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "memset": "Memset"}
@@ -227,10 +227,8 @@ SIM_CASES = {
 
 @pytest.fixture(scope="module", params=sorted(SIM_CASES))
 def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[RankTrace]]:
-    simulate_mod = pytest.importorskip("traceread.simulate")
-    reader = pytest.importorskip("traceread.reader")
-    if not hasattr(simulate_mod, "simulate") or not hasattr(reader, "read_rank"):
-        pytest.skip("simulator or reader not available")
+    import traceread.simulate as simulate_mod
+    from traceread.engine import jobs as reader
     name = request.param
     out = tmp_path_factory.mktemp(name)
     truth = simulate_mod.simulate(name.split("_skewed")[0], out, **SIM_CASES[name])
@@ -243,7 +241,7 @@ TRUTH_FIELDS = ("window_us", "gpu_busy_us", "compute_us", "comm_us", "exposed_co
 
 
 def compare_to_truth(truth: dict[str, Any], ranks: list[RankTrace]) -> None:
-    from traceread.analysis.occupancy import sm_metrics
+    from traceread.analysis.compute.occupancy import sm_metrics
 
     for rt in ranks:
         tr = truth["ranks"][str(rt.rank)]
@@ -279,7 +277,7 @@ def test_simulated_runs_match_truth_exactly(simulated: tuple[dict[str, Any], lis
 
 
 def test_sample_traces_match_their_truth(samples_dir: Path) -> None:
-    reader = pytest.importorskip("traceread.reader")
+    from traceread.engine import jobs as reader
     truths = sorted(samples_dir.glob("*/truth.json"))
     if not truths:
         pytest.skip("no simulated sample traces with truth.json yet")

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from rank_factory import make_rank
 
-from traceread.analysis.cpu_breakdown import cpu_breakdown
+from traceread.analysis.time.cpu_breakdown import cpu_breakdown
 from traceread.model import RankTrace
 
 
@@ -57,9 +57,7 @@ def test_not_for_gpu_traces_or_empty() -> None:
 
 
 def _read(path: Path) -> RankTrace:
-    reader = pytest.importorskip("traceread.reader")
-    if not hasattr(reader, "read_rank"):
-        pytest.skip("traceread.reader.read_rank not available yet")
+    from traceread.engine import jobs as reader
     return reader.read_rank(path, use_cache=False)
 
 
@@ -150,9 +148,6 @@ def _gloo_worker(rank: int, world: int, port: int, out_dir: str) -> None:  # run
 def test_real_gloo_run(tmp_path: Path) -> None:
     """Two gloo ranks profiled on CPU; the breakdown must see their all_reduces and matmuls."""
     torch = pytest.importorskip("torch")
-    _read_guard = pytest.importorskip("traceread.reader")
-    if not hasattr(_read_guard, "read_rank"):
-        pytest.skip("traceread.reader.read_rank not available yet")
     torch.multiprocessing.spawn(_gloo_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     for rank in (0, 1):
         rt = _read(tmp_path / f"rank{rank}.pt.trace.json")

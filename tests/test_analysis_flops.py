@@ -1,4 +1,4 @@
-"""FLOP/byte formulas of traceread.analysis.flops, each checked against a hand-computed number."""
+"""FLOP/byte formulas of traceread.analysis.compute.flops, each checked against a hand-computed number."""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceread.analysis.flops import (
-    attention_flops,
-    attention_pairs,
-    is_supported,
-    normalise_dtype,
-    op_cost,
-)
+from traceread.analysis.compute.flops import attention_flops, attention_pairs, is_supported, normalise_dtype, op_cost
 
 BF, F32 = "c10::BFloat16", "float"
 
@@ -355,8 +349,8 @@ def flop_counter_run(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _flops_by_name(trace: Path) -> dict[str, float]:
-    from traceread.analysis.roofline import op_costs
-    from traceread.reader import read_rank
+    from traceread.analysis.compute.roofline import op_costs
+    from traceread.engine.jobs import read_rank
 
     rt = read_rank(trace, use_cache=False)
     names = rt.host["name"].to_list()

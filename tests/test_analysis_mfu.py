@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from rank_factory import make_op_rank
 
-from traceread.analysis.devices import DEVICES
-from traceread.analysis.mfu import formula_mfu, model_flops_per_step, recompute_mask, trace_mfu
+from traceread.analysis.hardware import DEVICES
+from traceread.analysis.compute.mfu import formula_mfu, model_flops_per_step, recompute_mask, trace_mfu
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"
@@ -117,7 +117,7 @@ def ckpt_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("reentrant", ["0", "1"])
 def test_recompute_mask_on_real_profiler_output(ckpt_traces: Path, reentrant: str) -> None:
     """On real host trees exactly the re-run forward ops are flagged, never the real backward GEMMs."""
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     rt = read_rank(ckpt_traces / f"ckpt_{reentrant}.json", use_cache=False)
     h = rt.host.with_columns(pl.Series("rc", recompute_mask(rt.host)))
@@ -150,8 +150,8 @@ def _measured_vs_truth(rt: Any, t: dict[str, Any]) -> None:
     from the shapes it generated, traceread from the shapes in the trace, so FLOPs are equal as
     integers and the percentages differ only by float rounding of the step durations.
     """
-    from traceread.analysis.devices import device_for_meta
-    from traceread.analysis.steps import device_steps
+    from traceread.analysis.hardware import device_for_meta
+    from traceread.analysis.time.steps import device_steps
 
     spec = device_for_meta(rt.meta).spec
     windows = device_steps(rt).table
@@ -171,7 +171,7 @@ def _measured_vs_truth(rt: Any, t: dict[str, Any]) -> None:
 
 def test_simulated_run_mfu_matches_truth(tmp_path: Path) -> None:
     """Model/hardware FLOPs per step, MFU and HFU (whole run and per step) equal the simulator's truth."""
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
     from traceread.simulate import simulate
 
     truth = simulate("ddp", tmp_path, ranks=2, steps=3, layers=2, hidden=1024, heads=8, seq_len=512, batch=2)
@@ -183,7 +183,7 @@ def test_simulated_run_mfu_matches_truth(tmp_path: Path) -> None:
 
 def test_sample_traces_mfu_matches_truth(samples_dir: Path) -> None:
     """Every rank of every simulated sample (DDP, TP x DP, 1F1B/GPipe pipeline stages, A100)."""
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     truths = sorted(samples_dir.glob("*/truth.json"))
     if not truths:

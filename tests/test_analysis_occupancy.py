@@ -1,4 +1,4 @@
-"""SM efficiency / occupancy (traceread.analysis.occupancy) against the TensorBoard plugin's own test
+"""SM efficiency / occupancy (traceread.analysis.compute.occupancy) against the TensorBoard plugin's own test
 expectations and against a slice-by-slice brute force of the plugin's algorithm."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_factory import make_rank
 
-from traceread.analysis.occupancy import kernel_table, sm_metrics
-from traceread.analysis.steps import device_steps
+from traceread.analysis.compute.occupancy import kernel_table, sm_metrics
+from traceread.analysis.time.steps import device_steps
 from traceread.model import RankMeta, RankTrace
 
 
@@ -167,9 +167,7 @@ def test_no_kernels() -> None:
 
 def test_tb_plugin_sample_trace_matches_brute_force(shared_traces: Path) -> None:
     """The plugin's test input trace (real V100 kernels, legacy categories), read by traceread."""
-    reader = pytest.importorskip("traceread.reader")
-    if not hasattr(reader, "read_rank"):
-        pytest.skip("traceread.reader.read_rank not available yet")
+    from traceread.engine import jobs as reader
     rt = reader.read_rank(shared_traces / "kineto_tb_test" / "gpu_metrics_input.json", use_cache=False)
     k = rt.gpu.filter(pl.col("kind") == "kernel")
     assert k.height == 30

@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from rank_factory import make_op_rank
 
-from traceread.analysis.devices import DEVICES, device_for_meta
-from traceread.analysis.roofline import MAX_REPORT_OPS, operator_table, roofline_summary
+from traceread.analysis.hardware import DEVICES, device_for_meta
+from traceread.analysis.compute.roofline import MAX_REPORT_OPS, operator_table, roofline_summary
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"
@@ -155,7 +155,7 @@ def _finite_rows(ops: pl.DataFrame) -> None:
 
 @pytest.mark.slow
 def test_mi300_bert_against_raw_events(shared_traces: Path) -> None:
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     path = shared_traces / "tracelens_mi300" / "gaunernst_bert-small-uncased__1016001.json.gz"
     rt = read_rank(path, use_cache=False)
@@ -186,7 +186,7 @@ def test_mi300_bert_against_raw_events(shared_traces: Path) -> None:
 
 @pytest.mark.slow
 def test_mi300_traces_and_hta_amd_finite(shared_traces: Path) -> None:
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     paths = sorted((shared_traces / "tracelens_mi300").glob("*.json.gz"))[:3] + [
         shared_traces / "hta_amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
@@ -210,7 +210,7 @@ def test_mi300_traces_and_hta_amd_finite(shared_traces: Path) -> None:
 
 @pytest.mark.slow
 def test_linear_kineto_without_shapes(shared_traces: Path) -> None:
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     rt = read_rank(shared_traces / "param_et_replay" / "linear_kineto.json.gz", use_cache=False)
     match = device_for_meta(rt.meta)
@@ -227,8 +227,8 @@ def test_simulated_run_matches_truth(tmp_path: Path) -> None:
     hardware and 2x as model FLOPs, 1 FLOP per element of add/gelu/gelu_backward, layer norm 5 + 1
     per affine tensor per element and 2x in backward, fp32 statistics in the bytes), from the
     shapes it generated."""
-    from traceread.analysis.flops import attention_causal_flag
-    from traceread.reader import read_rank
+    from traceread.analysis.compute.flops import attention_causal_flag
+    from traceread.engine.jobs import read_rank
     from traceread.simulate import simulate
 
     truth = simulate("ddp", tmp_path, ranks=2, steps=2, layers=2, hidden=1024, heads=8, seq_len=512, batch=2)

@@ -1,4 +1,4 @@
-"""Device-aligned step windows (traceread.analysis.steps) against hand-computed ground truth."""
+"""Device-aligned step windows (traceread.analysis.time.steps) against hand-computed ground truth."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from rank_factory import make_rank
 
-from traceread.analysis.steps import NO_MARKER_STEP, device_steps
+from traceread.analysis.time.steps import NO_MARKER_STEP, device_steps
 
 
 def launch(ts: float, dur: float = 2.0) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from report_fixture import EVIL, full_report
 
-from traceread.reports import findings, html
+from traceread.build.findings import assemble as findings
+from traceread.render import html
 
 REPO = Path(__file__).resolve().parents[1]
 CHARTS = ("breakdown", "timeline", "heatmap", "collectives", "roofline", "pipeline", "slow_steps")
@@ -109,7 +110,7 @@ def test_browser_without_decompression_stream_gets_tables_and_one_line(tmp_path:
 @pytest.mark.parametrize("sample", ["ddp_straggler_h100", "tp_dp_h100"])
 def test_real_step_timeline_renders(sample: str, tmp_path: Path) -> None:
     """The real step timeline of a sample: both steps, every rank's streams, the critical path."""
-    from traceread.analyze import ReportOptions, build_report
+    from traceread.build.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / sample
     if not folder.is_dir():
@@ -139,7 +140,7 @@ def test_screenshot(tmp_path: Path) -> None:
 @pytest.mark.skipif(not os.environ.get("TRACEREAD_UPDATE_SCREENSHOT"), reason="set TRACEREAD_UPDATE_SCREENSHOT=1")
 def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it."""
-    from traceread.analyze import ReportOptions, build_report
+    from traceread.build.report import ReportOptions, build_report
 
     monkeypatch.chdir(REPO)
     doc = build_report(["sample_traces/ddp_straggler_h100"], ReportOptions(workers=2, use_cache=False))
@@ -153,7 +154,7 @@ def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_real_pipeline_sample_renders(tmp_path: Path) -> None:
-    from traceread.analyze import ReportOptions, build_report
+    from traceread.build.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / "pp_1f1b_h100"
     if not folder.is_dir():

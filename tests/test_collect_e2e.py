@@ -81,7 +81,7 @@ def test_ddp_run_traces_every_rank(tmp_path: Path) -> None:
     assert not list((run / "traces").glob(".*"))  # no temp files left
     assert not list((run / "stacks").glob("*"))  # empty placeholders removed
     try:
-        from traceread.reader import read_traces
+        from traceread.engine.jobs import read_traces
     except ImportError:
         return
     ts = read_traces([run / "traces"], use_cache=False)
@@ -109,7 +109,7 @@ def test_straggler_rank_waits_show_in_traces(tmp_path: Path) -> None:
     # = that gap / 1 late rank ≈ the injected 150 ms; time.sleep never returns early, the margin covers
     # scheduling noise on a loaded CI box. Gloo picks any of its worker threads per collective, so this
     # also checks that matching does not depend on which thread ran what (it did, and failed ~1 run in 2).
-    from traceread.analyze import ReportOptions, build_report
+    from traceread.build.report import ReportOptions, build_report
 
     rep = build_report([root], ReportOptions(use_cache=False))
     top = rep["stragglers"][0] if rep["stragglers"] else None

@@ -87,7 +87,7 @@ def _running(p: psutil.Process) -> bool:
 
 
 def assert_traces_readable(run: Path, ranks: list[int]) -> None:
-    from traceread.reader import read_traces
+    from traceread.engine.jobs import read_traces
 
     assert not list((run / "traces").glob(".*")), "temporary export files left behind"
     files = sorted((run / "traces").glob("rank*.pt.trace.json.gz"))

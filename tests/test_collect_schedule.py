@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from traceread.cli import cli
-from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, steps_needed, too_short_note
+from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, steps_needed, too_short_note
 
 
 def test_defaults_skip_start_up_and_record_ten_steps() -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.collectors.env import collect_env
-from traceread.collectors.inject import bootstrap_dir
-from traceread.collectors.launcher import CollectOptions, host_dir_for, multi_node_env, run_collect
-from traceread.collectors.runinfo import merge_host_runs, read_json, write_json
-from traceread.collectors.watchdog import Watchdog, read_progress
+from traceread.collect.env import collect_env
+from traceread.collect.inject import bootstrap_dir
+from traceread.collect.launcher import CollectOptions, host_dir_for, multi_node_env, run_collect
+from traceread.collect.runinfo import merge_host_runs, read_json, write_json
+from traceread.collect.watchdog import Watchdog, read_progress
 
 PY = sys.executable
 
@@ -61,7 +61,7 @@ def test_multi_node_detection() -> None:
 def test_host_folder_name_per_task() -> None:
     import socket
 
-    from traceread.collectors.launcher import host_folder_name
+    from traceread.collect.launcher import host_folder_name
 
     host = socket.gethostname()
     assert host_folder_name({}) == host
@@ -201,7 +201,7 @@ def test_watchdog_startup_timeout(tmp_path: Path) -> None:
 def test_nccl_pipes_get_one_byte_and_dead_pipes_are_skipped(tmp_path: Path) -> None:
     import threading
 
-    from traceread.collectors.watchdog import poke_nccl_pipes
+    from traceread.collect.watchdog import poke_nccl_pipes
 
     os.mkfifo(tmp_path / "pipe_rank0.pipe")
     os.mkfifo(tmp_path / "pipe_rank1.pipe")  # no reader: like a rank that exited
@@ -248,7 +248,7 @@ def test_merge_host_runs(tmp_path: Path) -> None:
 
 
 def test_clock_offsets_use_measurement_only_across_hosts() -> None:
-    from traceread.collectors.runinfo import clock_offsets
+    from traceread.collect.runinfo import clock_offsets
 
     ranks = {0: {"host": "a", "clock_sync": {"offset_ns": 0, "uncertainty_ns": 0}},
              1: {"host": "a", "clock_sync": {"offset_ns": 900, "uncertainty_ns": 70_000}},

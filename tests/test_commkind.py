@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from rank_factory import make_rank
 
-from traceread.analysis import breakdown, commkind, occupancy, roofline
-from traceread.classify import gpu_class_expr
+from traceread.analysis.time import breakdown
+from traceread.analysis import kinds as commkind
+from traceread.analysis.compute import occupancy, roofline
+from traceread.analysis.kinds import gpu_class_expr
 
 # Real kernel names of the communication libraries (from their public sources / real traces).
 COMM_NAMES = {
@@ -129,7 +131,7 @@ def test_real_traces(shared_traces: Path) -> None:
     """Real traces: every NCCL kernel of the DLRM job is communication and nothing else is; the
     inference engines' single-GPU traces (vLLM, SGLang) have no communication kernel although
     their kernels' names contain reduce/gather/routing."""
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     rt = read_rank(next((shared_traces / "param_dlrm_8rank").glob("worker0*.json")), use_cache=False)
     kinds = commkind.comm_kinds(rt.gpu, rt.host)

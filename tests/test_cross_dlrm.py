@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.clocks import estimate_offsets
-from traceread.analysis.collectives import comm_events, match_collectives
-from traceread.analysis.comm_perf import collective_table
-from traceread.analysis.steps import device_steps
-from traceread.analysis.stragglers import attribute
-from traceread.reader import read_traces
+from traceread.analysis.comm.clocks import estimate_offsets
+from traceread.analysis.comm.collectives import comm_events, match_collectives
+from traceread.analysis.comm.perf import collective_table
+from traceread.analysis.time.steps import device_steps
+from traceread.analysis.comm.stragglers import attribute
+from traceread.engine.jobs import read_traces
 
 
 def _raw_nccl_kernels(folder: Path) -> dict[int, list[tuple[float, float]]]:

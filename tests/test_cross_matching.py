@@ -9,9 +9,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traceread.analysis.clocks import ClockModel, estimate_offsets, hosts_from_run_info, recorded_uncertainty
-from traceread.analysis.collectives import EXTRACT_SCHEMA, comm_events, match_collectives, normalize_op
-from traceread.analysis.comm_perf import busbw_factor, collective_table, intra_node_link
+from traceread.analysis.comm.clocks import ClockModel, estimate_offsets, hosts_from_run_info, recorded_uncertainty
+from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, comm_events, match_collectives, normalize_op
+from traceread.analysis.comm.perf import busbw_factor, collective_table, intra_node_link
 from traceread.model import (FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace,
                              empty_frame)
 
@@ -296,7 +296,7 @@ def test_gloo_single_group_named_from_pg_config() -> None:
 def test_pg_ranks_compacted_in_the_summary_and_read_back() -> None:
     """Complete member lists become range text (the summary must not grow with the world size);
     truncated ones stay as written; both forms give the same expected membership."""
-    from traceread.analysis.collectives import _parse_ranks, compact_pg_ranks
+    from traceread.analysis.comm.collectives import _parse_ranks, compact_pg_ranks
 
     full = str(list(range(0, 4096)))
     strided = str(list(range(3, 64, 8)))
@@ -314,7 +314,8 @@ def test_pg_ranks_compacted_in_the_summary_and_read_back() -> None:
 def test_summary_size_does_not_grow_with_the_world(tmp_path) -> None:
     """A DDP rank's summary at 64 ranks is the size of the same rank's at 8 ranks, to a few bytes (the
     member lists written out would add ~4 bytes per member per collective row: +195 bytes here)."""
-    from traceread.engine.tasks import RankTask, summarise
+    from traceread.engine.tasks import RankTask
+    from traceread.build.run_map import summarise
     from traceread.simulate import simulate
 
     sizes = {}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traceread.analysis.collectives import EXTRACT_SCHEMA, match_collectives
-from traceread.analysis.pipeline import ACTIVITY_SCHEMA, detect_pipeline, pipeline_chains
+from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, match_collectives
+from traceread.analysis.comm.pipeline import ACTIVITY_SCHEMA, detect_pipeline, pipeline_chains
 
 
 def order(stage: int, P: int, M: int, schedule: str) -> list[tuple[str, int]]:

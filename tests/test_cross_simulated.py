@@ -13,15 +13,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceread.analysis.breakdown import step_breakdowns
-from traceread.analysis.clocks import estimate_offsets
-from traceread.analysis.collectives import comm_events, match_collectives
-from traceread.analysis.comm_perf import instance_timing
-from traceread.analysis.pipeline import detect_pipeline, stage_activity
-from traceread.analysis.slow_steps import find_slow_steps
-from traceread.analysis.steps import device_steps
-from traceread.analysis.stragglers import attribute
-from traceread.reader import read_traces
+from traceread.analysis.time.breakdown import step_breakdowns
+from traceread.analysis.comm.clocks import estimate_offsets
+from traceread.analysis.comm.collectives import comm_events, match_collectives
+from traceread.analysis.comm.perf import instance_timing
+from traceread.analysis.comm.pipeline import detect_pipeline, stage_activity
+from traceread.analysis.time.slow_steps import find_slow_steps
+from traceread.analysis.time.steps import device_steps
+from traceread.analysis.comm.stragglers import attribute
+from traceread.engine.jobs import read_traces
 from traceread.simulate import simulate
 
 # slow-step causes the simulator injects -> the report's cause vocabulary

@@ -9,10 +9,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traceread.analysis.clocks import estimate_offsets
-from traceread.analysis.collectives import EXTRACT_SCHEMA, match_collectives
-from traceread.analysis.slow_steps import find_slow_steps
-from traceread.analysis.stragglers import attribute, impact_per_step
+from traceread.analysis.comm.clocks import estimate_offsets
+from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, match_collectives
+from traceread.analysis.time.slow_steps import find_slow_steps
+from traceread.analysis.comm.stragglers import attribute, impact_per_step
 
 
 def _ev(rank: int, pg: str, seq: int, ts: float, end: float, launch: float, step: int,

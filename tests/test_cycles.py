@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analysis import drift as drift_mod
-from traceread.analysis.warmup import judge, warmup_event
-from traceread.analyze import ReportOptions, build_report
+from traceread.compare import drift as drift_mod
+from traceread.read.warmup import judge, warmup_event
+from traceread.build.report import ReportOptions, build_report
 from traceread.cli import cli
-from traceread.reader import cycles
+from traceread.read import cycles
 from traceread.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_broken_file_among_cycles_is_named_and_the_rest_analysed(sim_cycles: Pat
 def test_drift_terminal_strips_control_characters() -> None:
     from rich.console import Console
 
-    from traceread.reports.drift_view import render_terminal
+    from traceread.render.drift_view import render_terminal
 
     row = {"label": "1:1", "steps": [1, 2], "step_us": 1000.0, "pg_comm_us": {"evil\x1b[2J\x1b]0;t\x07": 5.0}}
     doc = {"drift": {"cycles": [row, dict(row, label="1:2")], "headline": "grew \x1b[2J"}}
@@ -237,7 +237,7 @@ def test_drift_terminal_strips_control_characters() -> None:
 
 
 def test_drift_html_escapes_trace_strings() -> None:
-    from traceread.reports.drift_view import html_section
+    from traceread.render.drift_view import html_section
 
     row = {"label": "1:1", "steps": [1, 2], "step_us": 1000.0, "pg_comm_us": {"<script>alert(1)</script>": 5.0}}
     doc = {"drift": {"cycles": [row, dict(row, label="1:2")], "headline": "<img src=x onerror=alert(1)>",

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 import test_collect_e2e  # noqa: E402  (same launcher helper: torchrun on a free port)
 from test_collect_e2e import collect  # noqa: E402
 
-from traceread.analyze import ReportOptions, build_report  # noqa: E402
+from traceread.build.report import ReportOptions, build_report  # noqa: E402
 from traceread.cli import cli  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.devices import (
+from traceread.analysis.hardware import (
     DEVICES,
     LINKS,
     PRECISIONS,

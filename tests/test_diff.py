@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analyze import ReportOptions, build_report
-from traceread.commands.diff import diff, diff_reports, render_diff
+from traceread.build.report import ReportOptions, build_report
+from traceread.commands.diff import diff
+from traceread.compare.diff import diff_reports
+from traceread.render.diff_view import render_diff
 
 
 @pytest.fixture(scope="module")

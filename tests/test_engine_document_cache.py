@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 
 from engine_docs import differences
-from traceread.analyze import ReportOptions, build_report
-from traceread.engine import caches, executors
+from traceread.build.report import ReportOptions, build_report
+from traceread.build import run_map
+from traceread.engine import caches
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "ddp_straggler_h100"
@@ -35,7 +36,7 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*_a: object, **_k: object) -> None:
         raise AssertionError("the engine ran although the document was cached")
 
-    monkeypatch.setattr(executors, "summarise_files", fail)
+    monkeypatch.setattr(run_map, "summarise_files", fail)
 
 
 def test_unchanged_run_only_renders(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,8 +57,8 @@ def test_unchanged_run_only_renders(run: Path, tmp_path: Path, monkeypatch: pyte
     (run / "nccl").mkdir()
     (run / "nccl" / "rank0.log").write_text("host:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
     calls: list[int] = []
-    real = executors.summarise_files
-    monkeypatch.setattr(executors, "summarise_files", lambda files, o: calls.append(len(files)) or real(files, o))
+    real = run_map.summarise_files
+    monkeypatch.setattr(run_map, "summarise_files", lambda files, o: calls.append(len(files)) or real(files, o))
     build_report([run], opts)
     assert calls == [len(list(run.glob("rank*.pt.trace.json.gz")))]
     caches.code_fingerprint.cache_clear()
@@ -76,7 +77,7 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
     probe = ("import sys, runpy; sys.argv = {argv!r}\n"
              "try:\n    runpy.run_module('traceread.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'numpy', 'pyarrow') "
-             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.summary')))\n"
+             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.build.rank_map', 'traceread.build.run_map')))\n"
              "print(heavy)").format(argv=["traceread", *cmd[3:]])
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -86,12 +87,13 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
 
 def test_summary_format_is_generic_over_fields(run: Path) -> None:
     """A field added to RankSummary travels without touching the cache code (frames, dicts, meta)."""
-    from traceread.engine.tasks import RankTask, summarise
-    from traceread.summary import RankSummary
+    from traceread.engine.tasks import RankTask
+    from traceread.build.run_map import summarise
+    from traceread.build.rank_map import RankSummary
 
     s, data = summarise(RankTask(sorted(run.glob("rank*.pt.trace.json.gz"))[0], detail=True, use_cache=False))
     assert isinstance(s, RankSummary) and data is not None
-    back = caches.decode_summary(data)
+    back = caches.decode_summary(data, RankSummary)
     for fd in dataclasses.fields(RankSummary):
         a, b = getattr(s, fd.name), getattr(back, fd.name)
         if isinstance(a, pl.DataFrame):
@@ -101,4 +103,4 @@ def test_summary_format_is_generic_over_fields(run: Path) -> None:
         else:
             assert differences(a, b) == [], fd.name
     with pytest.raises(ValueError):
-        caches.decode_summary(caches._ENCODER.encode({"format": caches.FORMAT, "fields": {"comm": {"value": 1}}}))
+        caches.decode_summary(caches._ENCODER.encode({"format": caches.FORMAT, "fields": {"comm": {"value": 1}}}), RankSummary)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine_docs import differences
-from traceread.analyze import ReportOptions, build_report
+from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (make test installs it)")
@@ -114,7 +114,7 @@ def test_each_task_runs_on_the_node_that_holds_its_file(job: Path, cluster: obje
 
 
 def test_a_file_changed_after_listing_is_one_line(job: Path, cluster: object, tmp_path: Path) -> None:
-    from traceread.engine import executors
+    from traceread.build import run_map
     from traceread.engine.node_local import find_on_nodes
     from traceread.errors import TraceFileError
 
@@ -123,7 +123,7 @@ def test_a_file_changed_after_listing_is_one_line(job: Path, cluster: object, tm
     files, _ = find_on_nodes([str(folder)], None)
     victim = Path(files[0].path)
     victim.write_bytes(victim.read_bytes() + b"\n")
-    got = executors.summarise_files(files, ReportOptions(use_cache=False, executor="ray", node_local=True))
+    got = run_map.summarise_files(files, ReportOptions(use_cache=False, executor="ray", node_local=True))
     assert isinstance(got[files[0]], TraceFileError) and "changed since it was listed" in got[files[0]].message
     assert not any(isinstance(got[f], TraceFileError) for f in files[1:])
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine_docs import differences
-from traceread.analyze import ReportOptions, build_report
+from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (make test installs it)")
@@ -82,7 +82,7 @@ def test_lost_task_is_retried_once_then_reported(ray_head: object) -> None:
     """A task whose worker dies is retried by Ray once, then becomes the rank's reason."""
     from ray import cloudpickle  # vendored by ray: no extra dependency
 
-    from traceread.engine.executors import TaskFailed
+    from traceread.engine.base import TaskFailed
     from traceread.engine.ray_executor import RayExecutor
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -121,15 +121,15 @@ def test_max_rank_bytes_travels_with_the_task(jobs: dict[str, Path], ray_head: o
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``--max-rank-bytes`` set on the driver after Ray started (so no worker inherited it) still
     bounds every Ray task: the limit is part of the task, not of the environment."""
-    from traceread.engine import executors
+    from traceread.build import run_map
     from traceread.errors import TraceFileError
-    from traceread.reader.inflate import MAX_RANK_BYTES_ENV
+    from traceread.read.inflate import MAX_RANK_BYTES_ENV
 
     files = sorted(jobs["tp_dp"].glob("rank*.pt.trace.json.gz"))
     monkeypatch.setenv(MAX_RANK_BYTES_ENV, str(64 << 10))  # every simulated rank expands past 64 KiB
-    got = executors.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
+    got = run_map.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
     assert set(got) == set(files)
     assert all(isinstance(r, TraceFileError) and "--max-rank-bytes" in r.message for r in got.values()), got
     monkeypatch.delenv(MAX_RANK_BYTES_ENV)
-    got = executors.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
+    got = run_map.summarise_files(files, ReportOptions(use_cache=False, executor="ray"))
     assert not any(isinstance(r, TraceFileError) for r in got.values())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine_docs import differences
-from traceread.analyze import ReportOptions, build_report
+from traceread.build.report import ReportOptions, build_report
 
 pytest.importorskip("s3fs", reason="the [remote] extra is not installed (make test installs it)")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (make test installs it)")

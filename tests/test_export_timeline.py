@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.step_timeline import IDLE_STREAM, MAX_ROWS_PER_STEP, MIDDLE_STEPS, category, pg_roles
-from traceread.analyze import ReportOptions, build_report
+from traceread.analysis.time.step_timeline import IDLE_STREAM, MAX_ROWS_PER_STEP, MIDDLE_STEPS, category, pg_roles
+from traceread.build.report import ReportOptions, build_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_categories_follow_roles_when_a_layout_names_them() -> None:
 
 
 def test_big_jobs_sample_the_ranks_that_matter_and_say_so() -> None:
-    from traceread.analysis.step_timeline import _pick_ranks
+    from traceread.analysis.time.step_timeline import _pick_ranks
 
     ranks = list(range(64))
     doc = {"stragglers": [{"rank": 41, "arrived_last": 30}],

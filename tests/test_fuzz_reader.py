@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from traceread.errors import TraceFileError
 from traceread.model import GPU_SCHEMA, HOST_SCHEMA, RankTrace
-from traceread.reader import inflate, parse, read_rank, read_traces, stream
+from traceread.read import inflate, parse, stream
+from traceread.engine.jobs import read_rank, read_traces
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 SOURCES = [

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analysis.hang import diagnose, diagnose_hang, normalize_op
+from traceread.analysis.hang.diagnose import diagnose, diagnose_hang, normalize_op
 from traceread.cli import cli
 from traceread.errors import TraceReadError
 

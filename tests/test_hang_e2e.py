@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analysis.hang import diagnose
+from traceread.analysis.hang.diagnose import diagnose
 from traceread.cli import cli
 
 DATA = Path(__file__).parent / "data"

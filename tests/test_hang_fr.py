@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.flight_recorder import (
+from traceread.analysis.hang.flight_recorder import (
     pg_descriptions,
     pg_members,
     rank_from_name,
@@ -186,7 +186,7 @@ def _patched_pickles(out: Path, dumps: dict[int, dict]) -> None:
 
 @pytest.mark.slow
 def test_agrees_with_torchfrtrace_on_missing_rank(tmp_path: Path) -> None:
-    from traceread.analysis.hang import diagnose_hang
+    from traceread.analysis.hang.diagnose import diagnose_hang
 
     dumps = {r: pickle.loads((RUN / "fr" / f"rank{r}.pkl").read_bytes()) for r in (0, 1)}  # our own dumps
     _patched_pickles(tmp_path / "frt", dumps)
@@ -199,7 +199,7 @@ def test_agrees_with_torchfrtrace_on_missing_rank(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_agrees_with_torchfrtrace_on_dtype_mismatch(tmp_path: Path) -> None:
-    from traceread.analysis.hang import diagnose_hang
+    from traceread.analysis.hang.diagnose import diagnose_hang
 
     r0 = pickle.loads((RUN / "fr" / "rank0.pkl").read_bytes())
     r1 = pickle.loads((RUN / "fr" / "rank1.pkl").read_bytes())

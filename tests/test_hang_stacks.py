@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.stacks import (
+from traceread.analysis.hang.stack_dumps import (
     collective_call,
     parse_stack_text,
     read_stack_file,

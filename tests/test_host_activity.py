@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from tests.rank_factory import make_rank
-from traceread.analysis.host_activity import host_self_time
+from traceread.analysis.time.host_activity import host_self_time
 
 
 def test_self_time_per_step_window() -> None:

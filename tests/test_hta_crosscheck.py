@@ -29,8 +29,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from traceread.analysis.breakdown import rank_breakdown
-from traceread.analysis.idle import idle_breakdown
+from traceread.analysis.time.breakdown import rank_breakdown
+from traceread.analysis.time.idle import idle_breakdown
 from traceread.model import RankTrace
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -47,7 +47,7 @@ class Both:
 def load(folder: Path, pick: dict[int, str] | None = None) -> Both:
     """HTA and traceread on the traces of ``folder`` (or only ``pick``: rank -> file name)."""
     hta = pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsight + psutil) not installed")
-    reader = pytest.importorskip("traceread.reader")
+    from traceread.engine import jobs as reader
     if not folder.is_dir():
         pytest.skip(f"{folder} absent")
     logging.disable(logging.WARNING)  # HTA logs every parse at WARNING level

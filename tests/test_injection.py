@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from traceread.cli import cli
-from traceread.reports.sanitize import clean, clean_lines
+from traceread.textsafe import clean, clean_lines
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_SAMPLE = REPO / "sample_traces" / "cpu_hang_gloo"
@@ -153,7 +153,7 @@ def test_report_text_terminal_and_json(runs: dict[str, Path]) -> None:
     assert any(k["name"].endswith(payload("kernel")) for k in doc["kernels"])  # ... exact data
     assert "\x1b" not in res.stdout and "\\u001b" in res.stdout  # controls written as JSON escapes
     assert holds(doc, FILE_TAG) and holds(doc, payload("nccl"))
-    from traceread.reports import terminal
+    from traceread.render import terminal
 
     buf = io.StringIO()  # a real colour terminal: rich's SGR codes are the only escapes
     terminal.render(doc, Console(file=buf, force_terminal=True, color_system="truecolor", width=200), top=50)

@@ -11,8 +11,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from traceread.analysis import layout
-from traceread.analyze import ReportOptions, build_report
+from traceread.analysis.comm import layout
+from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 from traceread.simulate.scenarios import SCENARIOS
 
@@ -91,11 +91,11 @@ def test_layout_of_recorded_gloo_ddp_jobs(name: str, samples_dir: Path, tmp_path
 def test_generic_descriptions_fall_back_to_the_collectives(samples_dir: Path) -> None:
     """tp_dp_h100 with every description replaced by torch's generic "undefined": the roles come
     from what each group runs (per-layer all-reduces over the whole compute vs backward only)."""
-    from traceread import crossrank
-    from traceread.reader import read_rank
-    from traceread.reader.discover import find
-    from traceread.reader.ranks import identify
-    from traceread.summary import slim_meta, summarise_rank
+    from traceread.build import job_reduce as crossrank
+    from traceread.engine.jobs import read_rank
+    from traceread.read.discover import find
+    from traceread.read.ranks import identify
+    from traceread.build.rank_map import slim_meta, summarise_rank
 
     summaries = []
     for f in find([samples_dir / "tp_dp_h100"]).files:

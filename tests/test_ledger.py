@@ -13,9 +13,9 @@ import polars as pl
 import pytest
 from rank_factory import make_rank
 
-from traceread.analysis import job_ledger
-from traceread.analysis.ledger import rank_segments, step_totals
-from traceread.analysis.steps import device_steps
+from traceread.analysis.ledger import job as job_ledger
+from traceread.analysis.ledger.rank import rank_segments, step_totals
+from traceread.analysis.time.steps import device_steps
 
 LAUNCH = "cudaLaunchKernel"
 
@@ -68,7 +68,7 @@ def test_bound_comes_from_the_launching_operator() -> None:
 
 
 def _segs(rows: list[tuple[int, int, str, str | None, int | None]], base: float = 0.0) -> pl.DataFrame:
-    from traceread.analysis.ledger import SEGMENT_SCHEMA
+    from traceread.analysis.ledger.rank import SEGMENT_SCHEMA
 
     return pl.DataFrame({"step": [1] * len(rows), "start_ns": [r[0] for r in rows], "end_ns": [r[1] for r in rows],
                          "category": [r[2] for r in rows], "pg": [r[3] for r in rows], "kts_ns": [r[4] for r in rows],
@@ -105,12 +105,12 @@ def test_job_ledger_follows_the_late_peer() -> None:
 
 
 def _check_report(folder: Path) -> dict[str, Any]:
-    from traceread.analyze import ReportOptions, build_report
+    from traceread.build.report import ReportOptions, build_report
 
     report = build_report([folder], ReportOptions(use_cache=False, workers=1))
     led = report.get("ledger")
     if led is None:  # CPU-only traces have no GPU steps: the detectors' estimates, capped at the step
-        from traceread.reports.stats import median_step_us
+        from traceread.build.queries import median_step_us
 
         assert all(r.get("ledger") is None for r in report["ranks"]) and report["coverage"] is None
         step = median_step_us(report)
@@ -192,7 +192,7 @@ def test_sample_job_ledger_matches_its_truth(samples_dir: Path, name: str) -> No
 
 def test_terminal_ledger_stays_compact_for_many_ranks() -> None:
     """1200 ranks: the critical rank and the slowest others are drawn, plus the mean, and it says so."""
-    from traceread.reports import ledger_view, terminal
+    from traceread.render import ledger_view, terminal
 
     parts = lambda r, us: [{"category": "compute_bound", "role": None, "rank": r, "us": us},  # noqa: E731
                            {"category": "comm_wait", "role": "dp", "rank": r, "us": 100.0}]

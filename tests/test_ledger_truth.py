@@ -3,7 +3,7 @@
 Truth (``truth.json``: ``ranks[r].ledger``, ``ranks[r].ledger_local``, ``ledger``) comes from the
 simulator's own schedule (traceread.simulate.ledger_truth), never from traceread.analysis. We run the
 report's own pipeline: per-rank summaries (map side: segments), then the reduce side
-(traceread.analysis.job_ledger) with the report's layout roles, matched collectives and clocks.
+(traceread.analysis.ledger.job) with the report's layout roles, matched collectives and clocks.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from traceread.analysis import job_ledger
-from traceread.analysis.ledger import USEFUL
+from traceread.analysis.ledger import job as job_ledger
+from traceread.analysis.ledger.rank import USEFUL
 
 #: Scenario -> knobs; scenarios the simulator does not (yet) have are skipped.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -71,11 +71,11 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 def _ours(folder: Path) -> dict[str, Any]:
     """The report (layout, job ledger, findings) and every rank's final and local segments."""
-    from traceread.analysis import clocks, collectives
-    from traceread.analyze import ReportOptions, build_report
-    from traceread.summary import summarise_rank
-    from traceread.reader import read_rank
-    from traceread.reader.ranks import identify
+    from traceread.analysis.comm import clocks, collectives
+    from traceread.build.report import ReportOptions, build_report
+    from traceread.build.rank_map import summarise_rank
+    from traceread.engine.jobs import read_rank
+    from traceread.read.ranks import identify
 
     report = build_report([folder], ReportOptions(use_cache=False, workers=1))
     summaries = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analysis.nccl_log import SLOW_INIT_S, parse_nccl_logs
+from traceread.analysis.hang.nccl_log import SLOW_INIT_S, parse_nccl_logs
 from traceread.cli import cli
 
 SHARED_LOGS = Path(os.environ.get("TRACEREAD_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "nccl_logs"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.nccl_log import find_nccl_logs, parse_nccl_logs
+from traceread.analysis.hang.nccl_log import find_nccl_logs, parse_nccl_logs
 
 
 @pytest.fixture(scope="module")

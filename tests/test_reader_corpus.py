@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA
-from traceread.reader import read_rank
+from traceread.engine.jobs import read_rank
 
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 FILES = sorted(

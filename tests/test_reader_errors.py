@@ -11,7 +11,8 @@ import pytest
 import zstandard
 
 from traceread.errors import TraceFileError
-from traceread.reader import discover, read_rank, read_traces
+from traceread.read import discover
+from traceread.engine.jobs import read_rank, read_traces
 
 DLRM = "param_dlrm_8rank"
 

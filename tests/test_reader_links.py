@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from traceread.model import RankTrace
-from traceread.reader import read_traces
-from traceread.reader.nesting import NESTING_CATEGORIES
+from traceread.engine.jobs import read_traces
+from traceread.read.nesting import NESTING_CATEGORIES
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def _brute_force_parents(host: pl.DataFrame) -> list[int | None]:
 def test_nesting_matches_brute_force(dlrm: list[RankTrace]) -> None:
     host = dlrm[0].host.filter(pl.col("tid") == dlrm[0].steps["tid"][0]).head(700)
     # Re-nest the slice alone so rows are self-contained.
-    from traceread.reader.nesting import nest
+    from traceread.read.nesting import nest
 
     sub = host.with_columns(pl.int_range(0, host.height, dtype=pl.Int64).alias("row"))
     nested, op_anc = nest(sub)

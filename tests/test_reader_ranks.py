@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from traceread.errors import RankConflictError
-from traceread.reader import read_rank, read_traces
-from traceread.reader.ranks import rank_from_name
+from traceread.engine.jobs import read_rank, read_traces
+from traceread.read.ranks import rank_from_name
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from traceread.model import RankTrace
-from traceread.reader import inflate, parse, stream
+from traceread.read import inflate, parse, stream
 
 REAL = [
     "kineto_docs_traces/before_fix_trace.json",

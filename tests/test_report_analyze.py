@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.analyze import NothingUsableError, ReportOptions, build_report
+from traceread.build.report import NothingUsableError, ReportOptions, build_report
 from traceread.commands import report as report_cmd
-from traceread.reports import html, json_report
+from traceread.render import html, json_report
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir()) if SAMPLES.is_dir() else []
@@ -158,7 +158,7 @@ def test_findings_ranked_by_impact(straggler_sample: tuple[dict, dict]) -> None:
 def test_straggler_finding_ranks_by_impact_not_blame(straggler_sample: tuple[dict, dict]) -> None:
     """A rank the others waited on for a long time (blame) but whose lateness costs the step little
     (impact) ranks below a problem that costs more."""
-    from traceread.reports.findings import build_findings
+    from traceread.build.findings.assemble import build_findings
 
     doc, _ = straggler_sample
     doc = json.loads(json.dumps(doc))
@@ -222,7 +222,7 @@ def test_slow_steps_sample_matches_truth() -> None:
 
 def test_failing_cross_rank_analysis_is_a_warning(monkeypatch: pytest.MonkeyPatch,
                                                   ddp_straggler: tuple[Path, dict]) -> None:
-    from traceread.analysis import stragglers
+    from traceread.analysis.comm import stragglers
 
     def boom(*_a: object, **_k: object) -> None:
         raise RuntimeError("synthetic failure")
@@ -237,7 +237,7 @@ def test_failing_cross_rank_analysis_is_a_warning(monkeypatch: pytest.MonkeyPatc
 
 def test_failing_per_rank_analysis_is_a_warning(monkeypatch: pytest.MonkeyPatch,
                                                 ddp_straggler: tuple[Path, dict]) -> None:
-    from traceread.analysis import occupancy
+    from traceread.analysis.compute import occupancy
 
     monkeypatch.setattr(occupancy, "kernel_table", lambda *_a, **_k: 1 / 0)
     doc = build_report([ddp_straggler[0]], opts())
@@ -324,7 +324,7 @@ def test_cli_default_writes_html_beside_the_run(tmp_path: Path, monkeypatch: pyt
 
 def test_cli_html_falls_back_to_cwd_when_run_folder_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 ddp_straggler: tuple[Path, dict]) -> None:
-    from traceread.reports import html as html_mod
+    from traceread.render import html as html_mod
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -345,7 +345,7 @@ def test_cli_html_falls_back_to_cwd_when_run_folder_write_fails(tmp_path: Path, 
 
 
 def test_cli_model_shape_adds_attention_flops(tmp_path: Path, ddp_straggler: tuple[Path, dict]) -> None:
-    from traceread.analysis.devices import resolve_device
+    from traceread.analysis.hardware import resolve_device
 
     n, d, layers, seq, dm = 2e8, 32768.0, 4, 2048, 4096
     runner = CliRunner()
@@ -365,7 +365,7 @@ def test_cli_model_shape_adds_attention_flops(tmp_path: Path, ddp_straggler: tup
 
 
 def test_formula_mfu_from_params(ddp_straggler: tuple[Path, dict]) -> None:
-    from traceread.analysis.devices import resolve_device
+    from traceread.analysis.hardware import resolve_device
 
     n, d = 2e8, 32768.0
     doc = build_report([ddp_straggler[0]], opts(params=n, tokens_per_step=d))

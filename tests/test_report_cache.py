@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analyze import ReportOptions, build_report
+from traceread.build.report import ReportOptions, build_report
 from traceread.engine import caches
+from traceread.build.rank_map import RankSummary
 from traceread.engine.caches import DOCUMENT_FOLDER, SUMMARY_FOLDER, load_summary
-from traceread.reports import json_report
+from traceread.render import json_report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp_straggler_h100"
 
@@ -53,7 +54,7 @@ def test_stale_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     build_report([run], ReportOptions(workers=1, use_cache=True, cache_dir=cache))
     f = sorted(run.glob("rank*.pt.trace.json.gz"))[0]
-    args = (f, cache, None, True)
+    args = (f, cache, None, True, RankSummary)
     assert load_summary(*args) is not None
     caches.code_fingerprint.cache_clear()
     real = caches.code_fingerprint
@@ -62,10 +63,10 @@ def test_stale_summary_is_a_miss(run: Path, tmp_path: Path) -> None:
         assert load_summary(*args) is None  # code changed
     finally:
         caches.code_fingerprint = real
-    assert load_summary(f, cache, None, False) is None  # without the roofline detail
+    assert load_summary(f, cache, None, False, RankSummary) is None  # without the roofline detail
     spec = tmp_path / "spec.toml"
     spec.write_text("")
-    assert load_summary(f, cache, str(spec), True) is None  # another --device-spec
+    assert load_summary(f, cache, str(spec), True, RankSummary) is None  # another --device-spec
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the file was rewritten
     assert load_summary(*args) is None

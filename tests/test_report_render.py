@@ -16,7 +16,9 @@ import pytest
 from report_fixture import EVIL, N_STEPS, full_report, with_ledger
 
 from traceread import report_schema as rs
-from traceread.reports import charts, explain, findings, html, json_report, terminal
+from traceread.render import charts, html, json_report, terminal
+from traceread.build import explain
+from traceread.build.findings import assemble as findings
 
 
 @pytest.fixture()

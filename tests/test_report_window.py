@@ -10,9 +10,9 @@ from statistics import fmean
 
 import pytest
 
-from traceread.analyze import ReportOptions, build_report
-from traceread.reports import json_report
-from traceread.reports.stats import host_bound_per_step, per_step, step_us
+from traceread.build.report import ReportOptions, build_report
+from traceread.render import json_report
+from traceread.build.queries import host_bound_per_step, per_step, step_us
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 TRUTH_DIRS = sorted(p for p in SAMPLES.iterdir() if (p / "truth.json").is_file()) if SAMPLES.is_dir() else []
@@ -70,9 +70,9 @@ def test_breakdown_identity_on_every_sample(folder: Path) -> None:
 def test_dlrm_whole_trace_window(shared_traces: Path) -> None:
     """Real 8-rank V100 job: window = first GPU start .. last GPU end, identity exact, and the
     per-step host-bound idle equals the idle analysis on each step window."""
-    from traceread.analysis import idle
-    from traceread.analysis.breakdown import device_gpu_rows
-    from traceread.reader import read_rank
+    from traceread.analysis.time import idle
+    from traceread.analysis.time.breakdown import device_gpu_rows
+    from traceread.engine.jobs import read_rank
 
     doc = _json_report(shared_traces / "param_dlrm_8rank")
     assert [r["rank"] for r in doc["ranks"]] == list(range(8))
@@ -94,7 +94,7 @@ def test_formula_mfu_uses_the_median_step() -> None:
     folder = SAMPLES / "slow_steps_a100"  # one slow step: mean and median step differ
     if not (folder / "truth.json").is_file():
         pytest.skip("sample slow_steps_a100 not present")
-    from traceread.analysis.devices import lookup_device
+    from traceread.analysis.hardware import lookup_device
     from statistics import median
 
     n, d = 1e8, 16384.0

@@ -1,4 +1,4 @@
-"""The simulated files: real Kineto shape, read back by traceread.reader, deterministic, skew applied."""
+"""The simulated files: real Kineto shape, read back by traceread.read, deterministic, skew applied."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
             assert sum(1 for e in ev if e.get("cat") == "kernel" and "Collective name" in e["args"]) == t["comm_kernels"]
             assert sum(1 for e in ev if e.get("cat") == "gpu_memcpy") == t["memcpys"]
         try:
-            from traceread.reader import read_traces
+            from traceread.engine.jobs import read_traces
         except ImportError:
             continue
         ts = read_traces([out], use_cache=False, workers=1)
@@ -133,7 +133,7 @@ def test_p2p_kernels_carry_src_and_dst(pp_run: tuple[Path, dict]) -> None:
 
 
 def test_reader_reads_back_ranks_kernels_and_steps(tp_run: tuple[Path, dict]) -> None:
-    reader = pytest.importorskip("traceread.reader")
+    from traceread.engine import jobs as reader
     out, truth = tp_run
     ts = reader.read_traces([out], use_cache=False, workers=1)
     assert not ts.failures

@@ -1,8 +1,12 @@
 """traceread: read multi-GPU PyTorch profiler traces and say where each step's time goes.
 
-Data flows one way: collect (``traceread.collectors``) -> trace files -> read (``traceread.reader``)
--> analyse (``traceread.analysis``) -> render (``traceread.reports``). Nothing on the read/analyse
-side imports torch.
+The folders are the stages, and imports run one way through them (``docs/architecture.md``;
+``tests/test_architecture.py`` enforces it):
+
+    read → engine → analysis → build → compare → render / export → commands → cli
+
+``collect`` (wraps the training job) and ``simulate`` (jobs with exact truth) stand beside that
+path. Nothing on the read/analyse side imports torch.
 """
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ import click
 
 from traceread import __version__
 from traceread.errors import EXIT_BAD_INPUT, TraceReadError
-from traceread.reports.sanitize import clean, clean_lines
+from traceread.textsafe import clean, clean_lines
 
 # name -> (module, attribute, one-line help shown by `traceread --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {

@@ -155,7 +155,7 @@ class RankMeta:
 
 @dataclass
 class RankTrace:
-    """One rank's trace as typed tables. Build with :func:`traceread.reader.read_rank`."""
+    """One rank's trace as typed tables. Build with :func:`traceread.engine.jobs.read_rank`."""
 
     rank: int
     file: str

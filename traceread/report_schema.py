@@ -180,7 +180,7 @@ class Finding(TypedDict, total=False):
 
 
 class LayoutGroup(TypedDict):
-    """One process group and what it is for (traceread.analysis.layout, docs/layout.md)."""
+    """One process group and what it is for (traceread.analysis.comm.layout, docs/layout.md)."""
 
     pg: str  # process group name (torch's pg_name, e.g. "0" for the default group)
     desc: str | None  # pg_desc as recorded (mesh_tp, TENSOR_MODEL_PARALLEL_GROUP, undefined, ...)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from traceread.collectors.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
+from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 from traceread.errors import TraceReadError
 
 
@@ -98,7 +98,7 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
       kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now
       traceread report runs/exp1 ; traceread hang runs/hang
     """
-    from traceread.collectors.launcher import CollectOptions, run_collect
+    from traceread.collect.launcher import CollectOptions, run_collect
 
     cmd = list(command)
     if cmd and cmd[0] == "--":

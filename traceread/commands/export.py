@@ -57,10 +57,10 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
     \b
     Exit codes: 0 written, 2 bad input (unreadable traces, bad --steps/--ranks), 3 no trace found.
     """
-    from traceread.analyze import NothingUsableError, ReportOptions, build_report
+    from traceread.build.report import NothingUsableError, ReportOptions, build_report
     from traceread.export import ExportOptions, export_trace
     from traceread.export.selection import parse_ranks, parse_steps
-    from traceread.reports.stats import nbytes
+    from traceread.fmt import nbytes
 
     try:
         ranks = parse_ranks(ranks_text)

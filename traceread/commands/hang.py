@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadError
-from traceread.reports.sanitize import clean
+from traceread.textsafe import clean
 
 
 def _text(diag) -> str:  # type: ignore[no-untyped-def]
-    from traceread.reports.sanitize import clean_data
+    from traceread.textsafe import clean_data
 
     e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives
     lines = [clean(diag.headline), ""]
@@ -50,7 +50,7 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str) -> None:
       traceread hang runs/exp1
       traceread hang runs/exp1 --format json | jq .missing_ranks
     """
-    from traceread.analysis.hang import diagnose
+    from traceread.analysis.hang.diagnose import diagnose
 
     try:
         diag = diagnose(run_dir)

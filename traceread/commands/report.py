@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
-from traceread.reports.sanitize import clean
+from traceread.textsafe import clean
 
 FORMATS = ("rich", "html", "text", "json")
 DEFAULT_NAME = "traceread-report.html"
@@ -32,7 +32,7 @@ def default_html_path(paths: tuple[str, ...]) -> Path:
 
 
 def _storage_options(text: str | None) -> dict[str, Any]:
-    """--storage-options JSON, else $TRACEREAD_STORAGE_OPTIONS (see traceread.reader.remote)."""
+    """--storage-options JSON, else $TRACEREAD_STORAGE_OPTIONS (see traceread.read.remote)."""
     text = text or os.environ.get("TRACEREAD_STORAGE_OPTIONS")
     if not text:
         return {}
@@ -56,7 +56,7 @@ def _infer_format(fmt: str | None, output: str | None) -> str:
 
 def _set_max_rank_bytes(text: str) -> None:
     """The reader's size guard, through the environment so spawned reader workers see it too."""
-    from traceread.reader.inflate import MAX_RANK_BYTES_ENV, parse_size
+    from traceread.read.inflate import MAX_RANK_BYTES_ENV, parse_size
 
     try:
         os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(text))
@@ -129,7 +129,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     inconsistent traces, e.g. two runs mixed, or a path that does not exist), 3 no trace file
     found under PATHS.
     """
-    from traceread.analyze import NothingUsableError, ReportOptions, build_report
+    from traceread.build.report import NothingUsableError, ReportOptions, build_report
 
     if (params is None) != (tokens_per_step is None):
         raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
@@ -151,13 +151,13 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
                          storage_options=_storage_options(storage_options))
     try:
         if cycle.strip().lower() == "all":
-            from traceread.analysis.drift import build_all_cycles
+            from traceread.compare.cycles import build_all_cycles
 
             doc = build_all_cycles(list(paths), opts)
         else:
             doc = build_report(list(paths), opts)
     except ValueError as exc:  # reader.cycles.CycleChoiceError, imported only then (warm path stays light)
-        from traceread.reader.cycles import CycleChoiceError
+        from traceread.read.cycles import CycleChoiceError
 
         if not isinstance(exc, CycleChoiceError):
             raise
@@ -170,14 +170,14 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         return
 
     if output == "-":  # stdout: the document only, nothing else on it
-        from traceread.reports import html as html_mod, json_report, terminal
+        from traceread.render import html as html_mod, json_report, terminal
 
         text = (json_report.to_json(doc) + "\n" if fmt == "json" else terminal.render_text(doc, top=top)
                 if fmt == "text" else html_mod.render_html(doc, title=f"traceread report — {', '.join(paths)[:120]}"))
         click.echo(text, nl=False)
         return
     if fmt == "json":
-        from traceread.reports import json_report
+        from traceread.render import json_report
 
         text = json_report.to_json(doc)
         if output:
@@ -186,7 +186,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         else:
             click.echo(text)
         return
-    from traceread.reports import terminal
+    from traceread.render import terminal
 
     if fmt == "text":
         out = terminal.render_text(doc, top=top)
@@ -199,7 +199,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
 
     from rich.console import Console
 
-    from traceread.reports import html as html_mod
+    from traceread.render import html as html_mod
 
     html_path: Path | None = None
     if fmt == "html" or not no_html:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import TraceReadError
-from traceread.reports.sanitize import clean
+from traceread.textsafe import clean
 
 SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
 

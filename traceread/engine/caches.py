@@ -13,7 +13,7 @@ Data only, never pickles, so a file in the cache directory can never run code, w
 - parse cache: one folder per trace file, its four tables as parquet + ``meta.json`` (key, rank,
   meta) — see :func:`load_tables` / :func:`store_tables`;
 - summary cache: one msgpack file per rank and variant. :func:`encode_summary` is generic over the
-  fields of :class:`traceread.summary.RankSummary`: a polars DataFrame field becomes Arrow IPC bytes,
+  fields of :class:`traceread.build.rank_map.RankSummary`: a polars DataFrame field becomes Arrow IPC bytes,
   a dataclass field (:class:`RankMeta`) its fields as a map, anything else (dict, list, str, number,
   bool, None) is stored as msgpack. Adding a field to RankSummary needs nothing here. The same bytes
   carry a summary from a worker process or a Ray task back to the driver;
@@ -82,7 +82,7 @@ def slot(kind: str, *about: Any) -> str:
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """Hash of the code a summary or document depends on: every source file of ``traceread`` and
-    ``traceread.reports`` and the installed polars, numpy, msgspec and pyarrow, each by (path, size,
+    ``traceread.render`` and the installed polars, numpy, msgspec and pyarrow, each by (path, size,
     ``mtime_ns``) like Python's own bytecode check, plus the Python version. Any edit, checkout or
     upgrade makes every cached summary and document a miss. Stats files only, imports nothing: the
     warm document path runs it."""
@@ -96,7 +96,7 @@ def code_fingerprint() -> str:
         spec = importlib.util.find_spec(dist)
         if spec is not None and spec.origin:
             add(Path(spec.origin))
-    for pkg in ("traceread", "traceread.reports"):
+    for pkg in ("traceread", "traceread.render"):
         spec = importlib.util.find_spec(pkg)
         for base in (spec.submodule_search_locations or []) if spec else []:
             for dirpath, dirnames, filenames in os.walk(base):
@@ -168,7 +168,7 @@ def load_tables(f: Any, root: Path) -> Any:
         import polars as pl
 
         from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace
-        from traceread.reader.columns import null_series
+        from traceread.read.columns import null_series
 
         schemas = {"gpu": GPU_SCHEMA, "host": HOST_SCHEMA, "steps": STEP_SCHEMA, "flows": FLOW_SCHEMA}
         d = entry_dir(root, f)
@@ -254,8 +254,8 @@ def _summary_file(root: Path, key: dict[str, Any]) -> Path:
     return root / SUMMARY_FOLDER / f"{slot('summary', key['given'], key.get('path') or key.get('url'), key['detail'])}.msgpack"
 
 
-def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool) -> Any:
-    """The cached :class:`RankSummary` of ``f`` when its key still matches, else None (never raises)."""
+def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: type) -> Any:
+    """The cached summary (a ``cls``) of ``f`` when its key still matches, else None (never raises)."""
     key = summary_key(f, spec_file, detail)
     if key is None:
         return None
@@ -263,7 +263,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool) -> Any
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("summary"), bytes):
         return None
     try:
-        return decode_summary(doc["summary"])
+        return decode_summary(doc["summary"], cls)
     except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
         return None
 
@@ -274,7 +274,8 @@ def store_summary(summary_bytes: bytes, key: dict[str, Any], root: Path) -> bool
 
 
 def encode_summary(summary: Any) -> bytes:
-    """A :class:`RankSummary` as data (see the module docstring): generic over its fields."""
+    """A rank summary (a dataclass such as :class:`traceread.build.rank_map.RankSummary`) as data
+    (see the module docstring): generic over its fields."""
     fields: dict[str, Any] = {}
     for fd in dataclasses.fields(summary):
         value = getattr(summary, fd.name)
@@ -289,18 +290,17 @@ def encode_summary(summary: Any) -> bytes:
     return _ENCODER.encode({"format": FORMAT, "fields": fields})
 
 
-def decode_summary(data: bytes) -> Any:
-    """The inverse of :func:`encode_summary`; raises ValueError on anything that is not one."""
+def decode_summary(data: bytes, cls: type) -> Any:
+    """The inverse of :func:`encode_summary` for dataclass ``cls``; raises ValueError on anything
+    that is not one."""
     import polars as pl
-
-    from traceread.summary import RankSummary
 
     doc = msgspec.msgpack.decode(data)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("fields"), dict):
         raise ValueError("not a traceread summary")
-    hints = _hints(RankSummary)
+    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
-    for fd in dataclasses.fields(RankSummary):
+    for fd in dataclasses.fields(cls):
         raw = doc["fields"].get(fd.name)
         if raw is None:
             if fd.default is dataclasses.MISSING and fd.default_factory is dataclasses.MISSING:
@@ -315,17 +315,17 @@ def decode_summary(data: bytes) -> Any:
                 raise ValueError(f"summary field {fd.name}: unexpected table")
             kwargs[fd.name] = pl.read_ipc(io.BytesIO(v))
         elif tag == "record":
-            cls = _dataclass_in(hint)
-            if cls is None or not isinstance(v, dict):
+            record = _dataclass_in(hint)
+            if record is None or not isinstance(v, dict):
                 raise ValueError(f"summary field {fd.name}: unexpected record")
-            kwargs[fd.name] = _dataclass_from(cls, v)
+            kwargs[fd.name] = _dataclass_from(record, v)
         elif tag == "value":
             if _allows(hint, pl.DataFrame) and v is not None:
                 raise ValueError(f"summary field {fd.name}: a table was expected")
             kwargs[fd.name] = v
         else:
             raise ValueError(f"summary field {fd.name}: unknown tag")
-    return RankSummary(**kwargs)
+    return cls(**kwargs)
 
 
 def _is_frame(v: Any) -> bool:

@@ -38,7 +38,7 @@ USABLE_SHARE = 0.85
 
 def text_bytes(path: str | Path) -> int | None:
     """Estimated uncompressed size of a local trace file; None when it cannot be opened."""
-    from traceread.reader.inflate import max_rank_bytes, prefix_expansion
+    from traceread.read.inflate import max_rank_bytes, prefix_expansion
 
     try:
         size = os.path.getsize(path)
@@ -65,7 +65,7 @@ def available_bytes() -> int | None:
     if env.lower() == "off":
         return None
     if env:
-        from traceread.reader.inflate import parse_size
+        from traceread.read.inflate import parse_size
 
         try:
             return parse_size(env)

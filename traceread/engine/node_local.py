@@ -54,7 +54,7 @@ def list_here(paths: list[str]) -> dict[str, Any]:
     """Runs on one node: its host name, and the trace files (path, size, mtime_ns) under ``paths``."""
     import socket
 
-    from traceread.reader.discover import find
+    from traceread.read.discover import find
 
     found = find([os.path.expanduser(os.path.expandvars(p)) for p in paths])
     files = []
@@ -85,7 +85,7 @@ def pinned(node_id: str, soft: bool) -> Any:
 def find_on_nodes(paths: list[str], address: str | None) -> tuple[list[NodeFile], list[str]]:
     """Every alive node's trace files under ``paths`` (listed there), and one warning per node that
     could not list them. Files found identically on several nodes appear once, marked shared."""
-    from traceread.engine.ray_executor import ensure_ray
+    from traceread.engine.ray_init import ensure_ray
 
     ray = ensure_ray(address)
     absolute = [p if os.path.isabs(os.path.expanduser(p)) or p.startswith("$") else os.path.abspath(p)

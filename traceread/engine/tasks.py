@@ -1,14 +1,10 @@
-"""The per-rank units of work, as plain module-level functions any executor can run anywhere.
+"""One rank's work order and the reading every per-rank task starts with.
 
-:func:`summarise_task` is the map of the report: read one trace file (through the parse cache),
-summarise it (:func:`traceread.summary.summarise_rank`) and return the summary as data
-(:func:`caches.encode_summary`), storing the same bytes in the summary cache. :func:`parse_task`
-is the map of :func:`traceread.reader.read_traces`: parse one file into the parse cache.
-
-Results are data, never objects: ``{"summary": bytes}`` or ``{"error": "one line"}`` encoded as
-msgpack, so a worker process or a Ray task hands back bytes the driver decodes without unpickling
-anything of ours. A bad file is an ``error`` result, never an exception: exceptions mean the worker
-itself failed, which the executor retries once.
+:class:`RankTask` is everything a worker anywhere (a local process, a Ray task on another node)
+needs to find and read one file; :func:`read_one` reads it through the parse cache (local path,
+object URL or a node-local file). :func:`parse_task` is the unit of
+:func:`traceread.engine.jobs.read_traces`: parse one file into the parse cache. The report's own
+per-rank task (read, then summarise) is :mod:`traceread.build.run_map`.
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from traceread.engine import caches
 from traceread.errors import TraceFileError
@@ -29,7 +23,7 @@ STORED = "stored"
 class RankTask:
     """One rank's work order: which file and how (everything a remote worker needs, all plain data)."""
 
-    file: Any  # pathlib.Path, str or traceread.reader.remote.RemoteFile
+    file: Any  # pathlib.Path, str or traceread.read.remote.RemoteFile
     detail: bool = False  # also the roofline (the first rank only)
     use_cache: bool = True
     cache_dir: str | None = None
@@ -48,7 +42,7 @@ def read_one(f: Any, *, use_cache: bool, cache_dir: str | Path | None,
              storage_options: dict[str, Any] | None = None, max_rank_bytes: int | None = None) -> Any:
     """One file's :class:`RankTrace` through the parse cache (local path or object URL).
     Raises :class:`TraceFileError` (one line) on bad input."""
-    from traceread.reader.ranks import identify
+    from traceread.read.ranks import identify
 
     root = caches.cache_root(cache_dir) if use_cache else None
     key = None
@@ -69,12 +63,12 @@ def read_one(f: Any, *, use_cache: bool, cache_dir: str | Path | None,
 
 def _parse(f: Any, storage_options: dict[str, Any], max_rank_bytes: int | None) -> Any:
     from traceread.engine.node_local import NodeFile
-    from traceread.reader.parse import parse_file
+    from traceread.read.parse import parse_file
 
     if isinstance(f, NodeFile):  # on this node's disk: this task was placed here (engine.node_local)
         return _parse_node_file(f, max_rank_bytes)
     if getattr(f, "url", None) is not None:
-        from traceread.reader.remote import parse_remote
+        from traceread.read.remote import parse_remote
 
         return parse_remote(f, storage_options, max_rank_bytes=max_rank_bytes)
     p = Path(f)
@@ -86,7 +80,7 @@ def _parse(f: Any, storage_options: dict[str, Any], max_rank_bytes: int | None) 
 
 
 def _parse_node_file(f: Any, max_rank_bytes: int | None) -> Any:
-    from traceread.reader.parse import parse_named
+    from traceread.read.parse import parse_named
 
     p = Path(f.path)
     try:
@@ -98,55 +92,9 @@ def _parse_node_file(f: Any, max_rank_bytes: int | None) -> Any:
     return parse_named(p, f.url, max_rank_bytes=max_rank_bytes)
 
 
-def summarise(task: RankTask) -> tuple[Any, bytes | None]:
-    """(summary or TraceFileError, its encoded bytes); stores the bytes in the summary cache."""
-    from traceread.reader.ranks import identify
-    from traceread.summary import slim_meta, summarise_rank
-
-    root = caches.cache_root(task.cache_dir) if task.use_cache else None
-    key = caches.summary_key(task.file, task.spec_file, task.detail) if root is not None else None
-    try:
-        rt = read_one(task.file, use_cache=task.use_cache, cache_dir=task.cache_dir,
-                      storage_options=task.storage_options, max_rank_bytes=task.max_rank_bytes)
-    except TraceFileError as exc:
-        return exc, None
-    except Exception as exc:  # noqa: BLE001 - a reader bug fails one file, not the job
-        return TraceFileError(f"reader failed: {type(exc).__name__}: {exc}".splitlines()[0], str(task.file)), None
-    identify(rt, single=False)
-    summary = summarise_rank(rt, spec_file=Path(task.spec_file) if task.spec_file else None, detail=task.detail)
-    del rt
-    slim_meta(summary.meta)
-    data = caches.encode_summary(summary)
-    if key is not None and root is not None:
-        caches.store_summary(data, key, root)
-    return summary, data
-
-
-def summarise_task(task: RankTask) -> bytes:
-    """Worker entry point (process pool, Ray): the summary as data bytes (see module docstring)."""
-    summary, data = summarise(task)
-    if isinstance(summary, TraceFileError):
-        return msgspec.msgpack.encode({"error": summary.message})
-    return msgspec.msgpack.encode({"summary": data})
-
-
-def decode_result(data: bytes, task: RankTask, store_here: bool = False) -> Any:
-    """A worker's bytes -> RankSummary or TraceFileError. ``store_here``: also put the summary in this
-    machine's summary cache (a Ray worker on another node filled only its own)."""
-    doc = msgspec.msgpack.decode(data)
-    if "error" in doc:
-        return TraceFileError(str(doc["error"]), str(task.file))
-    summary = caches.decode_summary(doc["summary"])
-    if store_here and task.use_cache:
-        key = caches.summary_key(task.file, task.spec_file, task.detail)
-        if key is not None:
-            caches.store_summary(doc["summary"], key, caches.cache_root(task.cache_dir))
-    return summary
-
-
 def parse_task(path: str, root: str) -> str | TraceFileError:
     """Worker entry point for ``read_traces``: the tables go to the parse cache under ``root``."""
-    from traceread.reader.parse import parse_file
+    from traceread.read.parse import parse_file
 
     p = Path(path)
     try:

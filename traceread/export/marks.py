@@ -5,13 +5,13 @@ stage for bubbles), so slices on one thread never overlap (Perfetto drops improp
 slices); times on the reference clock:
 
 * ``straggler`` — each collective the rank joined last: a "late" slice from the previous arrival
-  to its own (the delay it added; the gap of :mod:`traceread.analysis.stragglers`' blame records),
+  to its own (the delay it added; the gap of :mod:`traceread.analysis.comm.stragglers`' blame records),
   and a "waits caused" slice from the first arrival to its own, with every waiting rank's wait in
   the args;
 * ``pipeline_bubble`` — per stage rank, each stretch inside a step with no compute kernel running
   (idle + p2p wait: the report's bubble definition);
 * ``host_bound`` — each GPU idle gap whose next work was launched after the gap began
-  (:mod:`traceread.analysis.idle`'s host_bound class), the longest :data:`MAX_GAPS_PER_RANK`;
+  (:mod:`traceread.analysis.time.idle`'s host_bound class), the longest :data:`MAX_GAPS_PER_RANK`;
 * ``slow_steps`` — each slow step, first rank's start to last rank's end;
 * ``hang`` — from the last event of the ranks that never joined to the last event of any rank.
 
@@ -76,7 +76,8 @@ class FindingMarks:
 
     def observe(self, rt: RankTrace, rank: int, exported: bool) -> None:
         """Take what the findings need from one rank's tables (then the tables can go)."""
-        from traceread.analysis import collectives, steps as steps_mod
+        from traceread.analysis.comm import collectives
+        from traceread.analysis.time import steps as steps_mod
 
         wins = steps_mod.device_steps(rt).table
         if self.needs_comm:
@@ -114,7 +115,7 @@ class FindingMarks:
                             "cat": "traceread.finding", "args": args})
 
     def _host_bound(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
-        from traceread.analysis.step_timeline import host_bound_gaps
+        from traceread.analysis.time.step_timeline import host_bound_gaps
 
         hit = self._finding("host_bound")
         if hit is None:
@@ -127,8 +128,8 @@ class FindingMarks:
                         "GPU idle waiting for a launch", rank, b - a)
 
     def _bubbles(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
-        from traceread.analysis.breakdown import device_gpu_rows
-        from traceread.classify import gpu_class_expr
+        from traceread.analysis.time.breakdown import device_gpu_rows
+        from traceread.analysis.kinds import gpu_class_expr
 
         hit = self._finding("pipeline_bubble")
         if hit is None:
@@ -168,9 +169,9 @@ class FindingMarks:
         return sorted((float(s[i]), float(e[i])) for i in order)
 
     def _stragglers(self) -> None:
-        from traceread.analysis import collectives, stragglers
-        from traceread.analysis.clocks import ClockModel
-        from traceread.analysis.comm_perf import instance_timing
+        from traceread.analysis.comm import collectives, stragglers
+        from traceread.analysis.comm.clocks import ClockModel
+        from traceread.analysis.comm.perf import instance_timing
 
         frames = [x for x in self.extracts if x.height]
         if not frames:

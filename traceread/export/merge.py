@@ -3,7 +3,7 @@
 Memory: only one rank's events are decoded at a time; each is encoded and written before the next
 rank is read. What crosses ranks is small: the findings' extracts (communication events, step
 windows) and a few hundred slices per finding. The clock offsets and the findings come from the
-report document (:func:`traceread.analyze.build_report`), so the file shows what the report says.
+report document (:func:`traceread.build.report.build_report`), so the file shows what the report says.
 
 File layout: ``{"traceEvents": [rank 0 ..., rank 1 ..., findings ...], "displayTimeUnit": "ms",
 "otherData": {...}}``; ``otherData`` records the clock (method, offsets, uncertainty), the selection
@@ -86,7 +86,7 @@ def process_name(entry: dict[str, Any]) -> str:
 def export_trace(report: dict[str, Any], out: str | Path, options: ExportOptions | None = None,
                  progress: Callable[[str], None] | None = None) -> ExportResult:
     """Write the merged trace of the ranks in ``report`` to ``out`` (see the module docstring)."""
-    from traceread.reader import read_rank
+    from traceread.engine.jobs import read_rank
 
     opts = options or ExportOptions()
     path = Path(out)

@@ -26,8 +26,8 @@ from typing import Any
 import msgspec
 
 from traceread.errors import TraceFileError
-from traceread.reader.decode import decode_top, split_events
-from traceread.reader.inflate import uncompressed_chunks
+from traceread.read.decode import decode_top, split_events
+from traceread.read.inflate import uncompressed_chunks
 
 #: Tids per merged process: tid = pid * TIDS_PER_PID + k.
 TIDS_PER_PID = 10_000

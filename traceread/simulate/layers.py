@@ -4,7 +4,7 @@ Each emitter opens the cpu_op tree PyTorch records (``aten::linear`` > ``aten::t
 ``aten::addmm`` > ``cudaLaunchKernel``), launches kernels named like the real cuBLAS/flash/ATen
 kernels of the device, and registers a :class:`LeafOp` for the *leaf* op with exact FLOPs and
 bytes from the shapes it recorded. The formulas follow the conventions documented in
-``traceread.analysis.flops`` (torch's ``FlopCounterMode`` / TraceLens) but are computed here, from
+``traceread.analysis.compute.flops`` (torch's ``FlopCounterMode`` / TraceLens) but are computed here, from
 the simulator's own shapes, so that the truth stays independent of the analysis code.
 FLOPs count multiply and add separately; bytes are the minimal HBM traffic (every tensor input read
 once, every output written once; bf16 = 2 bytes, fp32 statistics = 4). Per op (tensor inputs as

@@ -1,0 +1,214 @@
+"""The step ledger, map side: every nanosecond of each device-aligned step of one rank, labelled once.
+
+Findings must be shares of one accounting of the step, never independent upper bounds that count
+the same stall twice. This module cuts each step window ``[s, e)``
+(:func:`traceread.analysis.time.steps.device_steps`) into segments, each with exactly one category, by
+the first rule that applies at that instant (docs/ledger.md):
+
+1. compute — a compute kernel runs (any kernel or memset the communication-kernel classifier does
+   not call communication; memcpy is not compute): ``compute_bound`` if any running compute kernel
+   is compute-bound, else ``memory_bound`` if any is memory-bound, else ``compute_other``. A
+   kernel's bound is the roofline class of the CPU operator that launched it
+   (:func:`traceread.analysis.compute.roofline.operator_table`, reused, not recomputed); unknown →
+   ``compute_other``.
+2. communication — no compute, a communication kernel runs: ``comm_transfer`` here, with the
+   process group and start of the running communication kernel that started first (ties: the one
+   launched first). The reduce
+   side (:mod:`traceread.analysis.ledger.job`) splits off ``comm_wait`` (before the last member
+   arrived) and turns pp waits into ``bubble``: that needs the other ranks.
+3. ``exposed_memcpy`` — only memcpy runs.
+4. GPU idle: for the idle gap ``[a, b)`` ended by the GPU event that starts at ``b`` (the one
+   launched earliest when several start there), with ``L`` the start of its launching runtime call:
+   ``host_bound`` = ``[a, clamp(L, a, b))`` (the work had not been launched: the CPU was behind);
+   the rest ``dependency`` (launched, but waiting on an event/stream/sync; the reduce side makes it
+   ``bubble`` on pipeline stages). A gap reaching the step's end, or whose launch is unknown:
+   ``idle_other``.
+
+All arithmetic runs on whole nanoseconds after the rank's first GPU event (``base_us``), so the
+segments of a step sum to its window exactly. Adjacent segments with the same label are merged:
+the table stays a few rows per kernel boundary that changes the category, small enough to ship to
+the reduce side for thousands of ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceread import intervals as iv
+from traceread.analysis.time.breakdown import device_gpu_rows, snap_ns
+from traceread.analysis.kinds import comm_mask
+from traceread.model import RankTrace
+from traceread.report_schema import LEDGER_CATEGORIES
+
+#: Every category of the ledger, in display order (compute first, idle last).
+CATEGORIES = LEDGER_CATEGORIES
+#: Categories that are useful work rather than time to recover.
+USEFUL: frozenset[str] = frozenset({"compute_bound", "compute_other"})
+
+#: One rank's segment table (times: whole ns after ``base_us``, the rank's trace clock).
+SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "category": pl.Enum(CATEGORIES),  # one byte per row
+    "pg": pl.Utf8,  # communication segments: process group of the kernel that started first
+    "kts_ns": pl.Int64,  # communication segments: that kernel's start and stream (to find its collective)
+    "stream": pl.Int32,
+    "base_us": pl.Float64,  # the rank's ns origin (same on every row)
+}
+
+_CB, _MB, _CO, _COMM, _MEM, _IDLE = range(6)
+_BUSY_NAMES = ("compute_bound", "memory_bound", "compute_other", "comm_transfer", "exposed_memcpy")
+
+
+def empty_segments() -> pl.DataFrame:
+    return pl.DataFrame(schema=SEGMENT_SCHEMA)
+
+
+def kernel_bounds(rt: RankTrace, gpu: pl.DataFrame, ops: pl.DataFrame | None) -> np.ndarray:
+    """``"compute" | "memory" | None`` per GPU row: the roofline bound of its launching operator.
+
+    A kernel belongs to the nearest operator (itself or an ancestor of ``gpu.op_row``) in the
+    roofline's operator table, exactly as the roofline assigned kernel time.
+    """
+    out = np.full(gpu.height, None, dtype=object)
+    if ops is None or ops.height == 0 or rt.host.height == 0:
+        return out
+    from traceread.analysis.compute.roofline import _parents, propagate_down
+
+    known = ops.filter(pl.col("bound").is_not_null())
+    if known.height == 0:
+        return out
+    own = np.full(rt.host.height, -1, dtype=np.int64)
+    rows = known["row"].to_numpy().astype(np.int64)
+    own[rows] = rows
+    parent, depth = _parents(rt.host)
+    owner = propagate_down(parent, depth, own)
+    code = np.zeros(rt.host.height, dtype=np.int8)  # per host row: 0 unknown, 1 compute, 2 memory
+    code[rows] = np.where(known["bound"].to_numpy() == "compute", 1, 2)
+    op_rows = gpu["op_row"].fill_null(-1).to_numpy().astype(np.int64)
+    ok = (op_rows >= 0) & (op_rows < owner.size)
+    own = np.full(gpu.height, -1, dtype=np.int64)
+    own[ok] = owner[op_rows[ok]]
+    got = np.where(own >= 0, code[np.clip(own, 0, None)], 0)
+    out[got == 1] = "compute"
+    out[got == 2] = "memory"
+    return out
+
+
+def _launch_ns(rt: RankTrace, gpu: pl.DataFrame, base: float) -> np.ndarray:
+    from traceread.analysis.time.idle import _launch_ts
+
+    return snap_ns(_launch_ts(rt, gpu), base)
+
+
+def _inside(points: np.ndarray, sets: iv.Intervals) -> np.ndarray:
+    """For each point: inside one of the disjoint sorted intervals ``[s, e)``."""
+    s, e = sets
+    if s.size == 0:
+        return np.zeros(points.size, dtype=bool)
+    k = np.searchsorted(s, points, side="right") - 1
+    kc = np.clip(k, 0, s.size - 1)
+    return (k >= 0) & (points < e[kc])
+
+
+def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The ledger segments of every step window of ``rt`` (``windows``: step, start, end in µs).
+
+    Empty when the rank has no GPU events or no steps. Columns: :data:`SEGMENT_SCHEMA`.
+    """
+    gpu = device_gpu_rows(rt).sort("ts")
+    if gpu.height == 0 or windows.height == 0:
+        return empty_segments()
+    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    ts, end = snap_ns(gpu["ts"].to_numpy(), base), snap_ns(gpu["end"].to_numpy(), base)
+    kind = gpu["kind"].to_numpy()
+    is_comm = comm_mask(gpu, rt.host).to_numpy() & (kind == "kernel")
+    is_mem = kind == "memcpy"
+    is_comp = ~is_comm & ~is_mem
+    bound = kernel_bounds(rt, gpu, ops)
+    cb = is_comp & (bound == "compute")
+    mb = is_comp & (bound == "memory")
+    sets = [iv.merge(ts[m], end[m]) for m in (cb, mb, is_comp & ~cb & ~mb, is_comm, is_mem)]
+
+    win = windows.sort("start")
+    w_s = snap_ns(win["start"].to_numpy(), base)
+    w_e = snap_ns(win["end"].to_numpy(), base)
+    w_step = win["step"].to_numpy().astype(np.int64)
+    ci = np.flatnonzero(is_comm)
+    points = np.unique(np.concatenate([w_s, w_e, ts[ci], end[ci], *[x for st in sets for x in st]]))
+    p0, p1 = points[:-1], points[1:]
+    k = np.searchsorted(w_s, p0, side="right") - 1
+    kc = np.clip(k, 0, max(w_s.size - 1, 0))
+    in_step = (k >= 0) & (p0 < w_e[kc])
+    p0, p1, kc = p0[in_step], p1[in_step], kc[in_step]
+
+    code = np.full(p0.size, _IDLE, dtype=np.int64)
+    for c in (_MEM, _COMM, _CO, _MB, _CB):  # lowest rule number wins: paint it last
+        code[_inside(p0, sets[c])] = c
+    # communication: the running communication kernel that started first, ties: launched first
+    # (paint the latest first, so the first one is painted last and wins).
+    launch = _launch_ns(rt, gpu, base)
+    who = np.full(p0.size, -1, dtype=np.int64)
+    for i in ci[np.lexsort((-np.nan_to_num(launch[ci], nan=np.inf), -ts[ci]))]:
+        lo, hi = np.searchsorted(p0, ts[i], side="left"), np.searchsorted(p0, end[i], side="left")
+        who[lo:hi] = i
+    who[code != _COMM] = -1
+
+    # merge runs of equal (step, code, kernel) that touch
+    brk = np.ones(p0.size, dtype=bool)
+    brk[1:] = (kc[1:] != kc[:-1]) | (code[1:] != code[:-1]) | (who[1:] != who[:-1]) | (p0[1:] != p1[:-1])
+    first = np.flatnonzero(brk)
+    last = np.r_[first[1:], p0.size] - 1
+    r_s, r_e, r_code, r_who, r_k = p0[first], p1[last], code[first], who[first], kc[first]
+
+    busy = r_code != _IDLE
+    cats: list[np.ndarray] = [np.array([_BUSY_NAMES[c] for c in r_code[busy]], dtype=object)]
+    starts, ends, ks, whos = [r_s[busy]], [r_e[busy]], [r_k[busy]], [r_who[busy]]
+
+    # idle gaps: host_bound before the next event's launch, then dependency; tail/unknown: idle_other
+    g = ~busy
+    a, b, gk = r_s[g], r_e[g], r_k[g]
+    order = np.lexsort((np.nan_to_num(launch, nan=np.inf), ts))
+    ts_sorted, launch_sorted = ts[order], launch[order]
+    j = np.searchsorted(ts_sorted, b, side="left")
+    jc = np.clip(j, 0, max(ts_sorted.size - 1, 0))
+    has_next = (j < ts_sorted.size) & (ts_sorted[jc] == b) & (b < w_e[gk])
+    lnext = np.where(has_next, launch_sorted[jc], np.nan)
+    known = ~np.isnan(lnext)
+    cut = np.clip(np.nan_to_num(lnext), a, b)
+    for lo, hi, name, sel in ((a, cut, "host_bound", known), (cut, b, "dependency", known),
+                              (a, b, "idle_other", ~known)):
+        keep = sel & (hi > lo)
+        starts.append(lo[keep])
+        ends.append(hi[keep])
+        ks.append(gk[keep])
+        whos.append(np.full(int(keep.sum()), -1, dtype=np.int64))
+        cats.append(np.full(int(keep.sum()), name, dtype=object))
+
+    s_all = np.concatenate(starts)
+    o = np.argsort(s_all, kind="stable")
+    who_all = np.concatenate(whos)[o]
+    pg_col = gpu["pg_name"].to_list()
+    pgs = [pg_col[w] if w >= 0 else None for w in who_all.tolist()]
+    kts = [int(ts[w]) if w >= 0 else None for w in who_all.tolist()]
+    stream_col = gpu["stream"].to_list()
+    streams = [stream_col[w] if w >= 0 else None for w in who_all.tolist()]
+    return pl.DataFrame({
+        "step": w_step[np.concatenate(ks)[o]],
+        "start_ns": s_all[o].astype(np.int64),
+        "end_ns": np.concatenate(ends)[o].astype(np.int64),
+        "category": np.concatenate(cats)[o].tolist(),
+        "pg": pgs,
+        "kts_ns": kts,
+        "stream": streams,
+        "base_us": np.full(o.size, base),
+    }, schema=SEGMENT_SCHEMA)
+
+
+def step_totals(segments: pl.DataFrame) -> pl.DataFrame:
+    """µs per (step, category) of one rank's segments — its per-step ledger on one rank alone."""
+    return (segments.group_by("step", "category")
+            .agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1000.0).alias("us"))
+            .sort("step", "category"))

@@ -1,0 +1,227 @@
+"""Summaries -> the job's cross-rank results (the reduce): rank numbering, collectives, clocks,
+bandwidth, stragglers, pipeline bubble, slow steps, merged kernel table and formula MFU.
+
+Needs nothing but the per-rank :class:`RankSummary` objects (and run.json / NCCL-log facts the driver
+already holds): no rank file is read here, so the reduce runs on one machine whatever executor ran
+the map. The pipeline bubble uses each stage's ``stage_activity`` carried in its summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
+from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
+from traceread.report_schema import Report
+from traceread.build.rank_map import RankSummary
+from traceread.errors import guarded
+
+
+def assign_ranks(summaries: list[RankSummary]) -> list[str]:
+    """Rank numbers for the whole set (reader rules), checked to be one job; extracts renumbered."""
+    from traceread.read.ranks import assign_ranks as assign
+
+    stubs = [RankTrace(s.entry["rank"], s.file, s.meta, empty_frame(GPU_SCHEMA), empty_frame(HOST_SCHEMA),
+                       empty_frame(STEP_SCHEMA), empty_frame(FLOW_SCHEMA)) for s in summaries]
+    old = [s.entry["rank"] for s in summaries]
+    warnings = assign(stubs)  # raises RankConflictError for two runs mixed
+    by_file = {st.file: st.rank for st in stubs}
+    for s, before in zip(summaries, old):
+        if by_file[s.file] != before:
+            s.set_rank(by_file[s.file])
+    summaries.sort(key=lambda s: s.entry["rank"])
+    return warnings
+
+
+def merge_kernels(summaries: list[RankSummary], top: int) -> list[dict[str, Any]]:
+    """Kernel table summed over ranks: calls and times add, per-call geometry is time-weighted."""
+    rows = [dict(k, _rank=s.entry["rank"]) for s in summaries for k in s.kernels]
+    if not rows:
+        return []
+    df = pl.DataFrame(rows, infer_schema_length=None)
+
+    def w(col: str) -> pl.Expr:
+        has = pl.col(col).is_not_null()
+        den = pl.col("total_us").filter(has).sum()
+        return pl.when(den > 0).then((pl.col(col) * pl.col("total_us")).filter(has).sum() / den).otherwise(None)
+
+    agg = df.group_by("name").agg(
+        pl.col("calls").sum(), pl.col("total_us").sum(), w("blocks_per_sm").alias("blocks_per_sm"),
+        w("occupancy_pct").alias("occupancy_pct"), w("wave_efficiency_pct").alias("wave_efficiency_pct"),
+        pl.when(pl.col("sm_time_lost_us").is_not_null().any()).then(pl.col("sm_time_lost_us").sum())
+        .otherwise(None).alias("sm_time_lost_us"),
+        pl.col("_rank").n_unique().alias("ranks"),
+        (pl.col("comm_kind").drop_nulls().first() if "comm_kind" in df.columns else pl.lit(None)).alias("comm_kind"),
+    ).with_columns((pl.col("total_us") / pl.col("calls")).alias("mean_us"))
+    agg = agg.sort(["total_us", "name"], descending=[True, False]).head(top)  # name breaks ties: stable output
+    cols = ["name", "calls", "total_us", "mean_us", "blocks_per_sm", "occupancy_pct", "wave_efficiency_pct",
+            "sm_time_lost_us", "ranks", "comm_kind"]
+    return [{c: r[c] for c in cols} for r in agg.to_dicts()]
+
+
+def run_hosts(run_info: dict[str, Any] | None, warnings: list[str]) -> tuple[dict[int, str], dict[int, float]]:
+    if not run_info:
+        return {}, {}
+    from traceread.analysis.comm.clocks import hosts_from_run_info
+
+    return guarded("run.json hosts", warnings, lambda: hosts_from_run_info(run_info), ({}, {}))
+
+
+def _network_gbps(nccl: dict[str, Any] | None, devices: dict[int, str | None]) -> float | None:
+    """Per-GPU network peak: the typical NIC of the GPU generation when the NCCL log shows a NET link."""
+    from traceread.analysis import hardware as dev
+
+    name = next((d for d in devices.values() if d), None)
+    if not name:
+        return None
+    spec = dev.resolve_device(name, None)
+    key = dev.TYPICAL_NIC.get(spec.name) if spec else None
+    if nccl and nccl.get("network") and "socket" in str(nccl.get("network")).lower():
+        return None  # sockets: no meaningful line rate
+    return dev.LINKS[key].per_direction_bytes_per_s / 1e9 if key else None
+
+
+def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
+                opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """Layout, collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts;
+    returns (matched collectives, clock alignment) for the step ledger (None, None without them).
+
+    With a ``run.json`` (``run_info``) the clock uncertainty ``traceread collect`` measured is the
+    floor of ε, the margin below which arrival differences are not blamed on anyone.
+    """
+    from traceread.analysis.comm import clocks, collectives, perf as comm_perf, pipeline, stragglers
+    from traceread.analysis.time import slow_steps
+    from traceread.analysis.comm.layout import layout_from_summaries
+
+    report["layout"] = guarded("parallel layout", warnings, lambda: layout_from_summaries(
+        summaries, hosts=hosts, nccl=report.get("nccl")).to_json())
+    frames = {s.entry["rank"]: s.step_frame for s in summaries if s.step_frame.height}
+    report["slow_steps"] = guarded("slow steps", warnings, lambda: slow_steps.find_slow_steps(frames), []) if frames else []
+    if report["slow_steps"]:
+        guarded("slow-step host activity", warnings, lambda: _host_activity(report["slow_steps"], summaries))
+
+    extracts = [s.comm for s in summaries if s.comm.height]
+    if not extracts:
+        return None, None
+    matched = guarded("collective matching", warnings, lambda: collectives.match_collectives(extracts))
+    if matched is None:
+        return None, None
+    for m in matched.mismatches[:MAX_MISMATCH_WARNINGS]:
+        warnings.append(f"collectives: {m}")
+    if len(matched.mismatches) > MAX_MISMATCH_WARNINGS:
+        warnings.append(f"collectives: {len(matched.mismatches) - MAX_MISMATCH_WARNINGS} more mismatches")
+    eps_floor = clocks.recorded_uncertainty(run_info) if run_info else 0.0
+    clock = guarded("clock alignment", warnings, lambda: clocks.estimate_offsets(
+        matched, hosts or None, recorded or None, recorded_epsilon_us=eps_floor))
+    if clock is not None:
+        report["source"]["clock"] = clock.to_json()  # type: ignore[index]
+        warnings.extend(f"clocks: {n}" for n in clock.notes if "not checked" not in n)
+    device_names = {s.entry["rank"]: s.meta.device_name for s in summaries}
+    net = guarded("network peak", warnings, lambda: _network_gbps(report.get("nccl"), device_names))
+    report["collectives"] = guarded(
+        "collective bandwidth", warnings,
+        lambda: comm_perf.collective_table(matched, clock, hosts=hosts or None, device_names=device_names,
+                                           network_gbps=net), [])
+    windows = {s.entry["rank"]: s.windows for s in summaries}
+    st = guarded("stragglers", warnings, lambda: stragglers.attribute(matched, windows, clock))
+    if st is not None:
+        report["stragglers"] = st.entries
+        report["straggler_heatmap"] = st.heatmap
+        warnings.extend(f"stragglers: {n}" for n in st.notes)
+    report["pipeline"] = guarded("pipeline", warnings,
+                                  lambda: _pipeline(matched, summaries, clock, pipeline))
+    return matched, clock
+
+
+def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, clock: Any) -> None:
+    """The step ledger (analysis.job_ledger): ``report["ledger"]`` and each ``ranks[].ledger``."""
+    from traceread.analysis.ledger import job as job_ledger
+
+    segments = {s.entry["rank"]: s.ledger_segments for s in summaries if s.ledger_segments is not None}
+    if not segments:
+        return
+    # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
+    # back to send/recv → pp, all-to-all → ep, else other.
+    roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
+    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    report["ledger"] = led.job
+    for e in report["ranks"]:
+        if e["rank"] in led.per_rank:
+            e["ledger"] = led.per_rank[e["rank"]]
+
+
+def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
+    """For host-caused slow steps: which host activity grew (analysis.host_activity), into ``detail``
+    and the extra ``host_activity`` ([{name, growth_us}])."""
+    from traceread.analysis.time import host_activity
+    from traceread.fmt import ms
+
+    per = {s.entry["rank"]: s.host_self for s in summaries if s.host_self is not None and s.host_self.height}
+    if not per:
+        return
+    all_steps = sorted({int(x) for f in per.values() for x in f["step"].unique().to_list()})
+    slow_set = {int(s["step"]) for s in slow}
+    normal = [x for x in all_steps if x not in slow_set]
+    for s in slow:
+        if s.get("cause") != "host":
+            continue
+        g = host_activity.grown(per, int(s["step"]), normal, float(s["excess_us"]))
+        s["host_activity"] = [{"name": n, "growth_us": d} for n, d in g]
+        if g:
+            what = ", ".join(f"{n} +{ms(d)}" for n, d in g)
+            s["detail"] = (f"{s.get('detail') or 'the GPU sat idle'}; host time not covered by any nested "
+                           f"operator grew in: {what}")
+
+
+def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, pipeline: Any) -> Any:
+    """Detect the pipeline from p2p transfers; the bubble from the stages' ``stage_activity``
+    extracts, carried in their summaries (no rank file is re-read)."""
+    chains, _ring = pipeline.pipeline_chains(matched)
+    if not chains:
+        return None
+    by_rank = {s.entry["rank"]: s for s in summaries}
+    activity: dict[int, pl.DataFrame] = {}
+    for r in chains[0]:
+        s = by_rank.get(r)
+        if s is not None and s.stage_activity is not None:
+            activity[r] = s.stage_activity
+    offsets = clock.offsets_us if clock is not None else None
+    return pipeline.detect_pipeline(matched, activity, offsets)
+
+
+def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> None:
+    """MFU = 6·N·D ÷ (step time × GPUs × peak) when --params and --tokens-per-step are given
+    (+ 12·L·s·d·D when --n-layers, --seq-len and --d-model are too: attention's score and value
+    matmuls, which 6·N leaves out).
+
+    D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own median
+    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces the trace-counted MFU (which needs recorded shapes).
+    """
+    if not opts.params or not opts.tokens_per_step:
+        return
+    from traceread.analysis.compute import mfu as mfu_mod
+    from traceread.analysis.hardware import lookup_device
+    from traceread.build.queries import median_step_duration_us
+
+    ranks = report.get("ranks") or []
+    world = len(ranks) or 1
+    precision = (report.get("roofline") or {}).get("precision") or "bf16"
+    for e in ranks:
+        if not e.get("window_us"):
+            continue
+        match = lookup_device(e.get("device"), e.get("num_sms"), opts.device_spec)
+        if match.spec is None:
+            warnings.append(f"rank {e['rank']}: MFU needs the device's peak ({match.reason}); pass --device-spec")
+            continue
+        step_us = median_step_duration_us(e)  # type: ignore[arg-type]
+        if not step_us:
+            continue
+        step_s = step_us / 1e6
+        val = guarded(f"rank {e['rank']}: formula MFU", warnings, lambda: mfu_mod.formula_mfu(
+            opts.params, opts.tokens_per_step / world, step_s, match.spec, precision,
+            opts.n_layers, opts.seq_len, opts.d_model))
+        if val is not None:
+            e["mfu_pct"] = float(val)

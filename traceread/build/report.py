@@ -1,0 +1,213 @@
+"""Traces in, report document out: find the files, run the engine, reduce, findings.
+
+The shape is map → reduce. The map (:func:`traceread.build.run_map.summarise_files`) reads and
+summarises each rank alone (:mod:`traceread.build.rank_map`) on an executor (in-process, local processes,
+Ray) through the parse and summary caches; the reduce (:mod:`traceread.build.job_reduce`) runs on the
+summaries alone; the findings (:mod:`traceread.build.findings.assemble`) read the assembled document.
+The whole document is cached too (:mod:`traceread.engine.caches`): a second report of an unchanged
+run, in another format or to another path, only renders. This module imports neither polars nor the
+analyses until the document cache misses, so that warm path stays light.
+
+Robustness: every analysis runs under :func:`traceread.errors.guarded`; one that fails or lacks data
+leaves its part of the document null/empty and adds a warning. Only "no trace could be read at all"
+is an error (:class:`NothingUsableError`, exit code 3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from traceread.errors import TraceReadError
+from traceread.options import TOP_KERNELS, ReportOptions
+from traceread.report_schema import SCHEMA_ID, RankEntry, Report
+
+__all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
+
+#: Folders and files of a collected run folder that analyses read besides the traces (document key).
+RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject")
+RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+
+
+class NothingUsableError(TraceReadError):
+    """Nothing to analyse. ``bad_input``: files or paths were given but unreadable/missing (exit 2);
+    otherwise no trace file was found at all (exit 3)."""
+
+    def __init__(self, message: str, *, bad_input: bool = False) -> None:
+        super().__init__(message)
+        self.bad_input = bad_input
+
+
+def _run_dir(paths: Sequence[str | Path], run_json: list[Path]) -> Path | None:
+    """The collected RUN folder (run.json, fr/, stacks/, nccl/), when the user pointed at one."""
+    if run_json:
+        return run_json[0].parent
+    for p in paths:
+        if isinstance(p, str) and "://" in p:
+            continue
+        q = Path(p)
+        if q.is_dir():
+            for cand in (q, q.parent):
+                if any((cand / d).exists() for d in ("run.json", "fr", "stacks", "nccl", "hang.json")):
+                    return cand
+    return None
+
+
+def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
+    """Non-trace inputs an analysis may read, for the document key: the run folder's hang evidence,
+    NCCL logs and run.json, and logs lying directly in a folder the user named."""
+    out: list[Path] = []
+    if run_dir is not None:
+        out += [run_dir / n for n in RUN_SIDE_FILES if (run_dir / n).is_file()]
+        for d in RUN_SIDE_DIRS:
+            if (run_dir / d).is_dir():
+                out += sorted(p for p in (run_dir / d).rglob("*") if p.is_file())
+    for p in paths:
+        q = Path(p) if not (isinstance(p, str) and "://" in p) else None
+        if q is not None and q.is_dir():
+            out += sorted(f for f in q.iterdir() if f.suffix in LOG_SUFFIXES and f.is_file())
+        elif q is not None and q.suffix in LOG_SUFFIXES and q.is_file():
+            out.append(q)
+    return out
+
+
+def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{path}: cannot read ({str(exc).splitlines()[0]})")
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
+    """The report document for the traces under ``paths`` (folders, globs, files, object URLs).
+
+    Raises :class:`NothingUsableError` when nothing can be analysed, and
+    :class:`traceread.errors.RankConflictError` when the files are not one job.
+    """
+    from traceread.engine import caches
+    from traceread.read.discover import find
+
+    opts = options or ReportOptions()
+    found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
+    run_dir = _run_dir(paths, found.run_json)
+    root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
+    key = None
+    if root is not None and found.files and not found.missing:
+        key = caches.document_key([str(p) for p in paths], found.files, _side_files(paths, run_dir), opts.analysis_key(),
+                                  str(opts.device_spec) if opts.device_spec else None)
+        hit = caches.load_document(root, key) if key is not None else None
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+    report = _analyse(paths, found, run_dir, opts)
+    if key is not None and root is not None:
+        caches.store_document(root, key, report)  # type: ignore[arg-type]
+    return report
+
+
+def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
+    """The trace files as each Ray node lists them on its own disk (``--node-local``); ``run.json``
+    where the driver sees one."""
+    from traceread.engine.node_local import find_on_nodes
+    from traceread.read.discover import Found
+
+    files, notes = find_on_nodes([str(p) for p in paths], opts.ray_address)
+    run_json = [Path(p) / "run.json" for p in paths if (Path(p) / "run.json").is_file()]
+    return Found(files=files, run_json=run_json, notes=notes)  # type: ignore[arg-type]
+
+
+def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
+    """Map, reduce, findings: the document from scratch."""
+    from traceread.build import job_reduce as crossrank
+    from traceread.build.run_map import summarise_files
+    from traceread.engine.jobs import explain_failure
+    from traceread.build.rank_map import RankSummary
+    from traceread.errors import guarded
+
+    from traceread.analysis.hang.nccl_log import nccl_logs_under, parse_nccl_logs
+    from traceread.read import cycles
+
+    warnings: list[str] = []
+    for m in found.missing:
+        warnings.append(f"{m}: no such file or folder")
+    warnings.extend(found.notes)
+    run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
+    nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
+    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
+    nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
+    # several cycles/runs: analyse one (local files; objects in a bucket are not grouped yet)
+    remote = [f for f in found.files if getattr(f, "url", None) is not None]
+    local = [f for f in found.files if getattr(f, "url", None) is None]
+    chosen = cycles.select(local, opts.cycle, warnings) if local else None
+    found.files = (cycles.chosen_files(chosen, local) if chosen is not None else []) + remote
+    if remote and (opts.cycle or "latest").strip().lower() not in ("latest", "all"):
+        warnings.append(f"--cycle {opts.cycle} applies to files this machine can read; the {len(remote)} object URL(s) "
+                        "or node-local file(s) are not grouped into cycles, so all of them were analysed")
+
+    results = summarise_files(found.files, opts) if found.files else {}
+    summaries: list[RankSummary] = []
+    for f in found.files:
+        res = results[f]
+        if isinstance(res, RankSummary):
+            summaries.append(res)
+            continue
+        warnings.append(explain_failure(found, f, res.message)[1])
+    hang = None
+    if run_dir is not None:
+        from traceread.analysis.hang.diagnose import diagnose_hang
+
+        hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
+    if not summaries and hang is None and nccl is None:
+        where = ", ".join(str(p) for p in paths)
+        detail = f" ({warnings[0]})" if warnings else ""
+        if found.files or found.missing:
+            raise NothingUsableError(f"no readable trace under {where}{detail}", bad_input=True)
+        raise NothingUsableError(f"no trace files (*.json, *.json.gz) found under {where}")
+
+    warnings.extend(crossrank.assign_ranks(summaries))
+    for s in summaries:
+        warnings.extend(s.warnings)
+    ranks: list[RankEntry] = [s.entry for s in summaries]  # type: ignore[misc]
+    hosts, recorded = crossrank.run_hosts(run_info, warnings)
+    for e in ranks:
+        e["host"] = hosts.get(e["rank"])
+
+    report: Report = {
+        "schema": SCHEMA_ID,
+        "source": {
+            "paths": [str(p) for p in paths],
+            "world_size": next((s.meta.world_size for s in summaries if s.meta.world_size), None) or (len(summaries) or None),
+            "backend": next((s.meta.backend for s in summaries if s.meta.backend), None),
+            "devices": sorted({s.meta.device_name for s in summaries if s.meta.device_name}),
+            "files": len(found.files),
+            "ranks_read": len(summaries),
+        },
+        "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
+        "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
+        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
+    }
+    if summaries:
+        matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
+        guarded("step ledger", warnings, lambda: crossrank.step_ledger(report, summaries, matched, clock))
+        report["kernels"] = guarded("kernel table", warnings,
+                                    lambda: crossrank.merge_kernels(summaries, opts.top_kernels), [])
+        report["roofline"] = next((s.roofline for s in summaries if s.roofline), None)
+        from traceread.analysis.time.step_timeline import job_timeline
+
+        report["step_timeline"] = guarded("step timeline", warnings, lambda: job_timeline(
+            {s.entry["rank"]: s.timeline for s in summaries if s.timeline is not None}, report))
+        crossrank.formula_mfu(report, opts, warnings)
+
+    if chosen is not None:
+        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
+    from traceread.build.findings.assemble import build_findings
+
+    report["findings"] = build_findings(report, warn=warnings.append)
+    from traceread.build.findings.ledger import coverage
+
+    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
+    return report

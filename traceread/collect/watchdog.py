@@ -1,0 +1,230 @@
+"""Hang watchdog run by the launcher: no optimizer step anywhere for too long -> ask every rank to dump.
+
+Ranks write ``progress/rank{R}`` (``"<step> <time_ns> <pid>"``) from the global optimizer-step hook.
+The launcher polls those files; a *stall* is the time since any local rank last advanced its step,
+measured on the launcher's monotonic clock (immune to wall-clock jumps). Detection is armed after the
+first completed step (start-up can legitimately take minutes; ``startup_timeout`` covers it when set).
+
+Timeout: fixed when ``timeout_s`` is given, else adaptive
+``max(floor_s, factor × median step time)`` where the median is over the recent per-rank step
+intervals (wall time between two observed steps of a rank divided by the steps made).
+
+Dump protocol (per rank listed in ``ranks/rank{R}.json`` on this host with its signals installed;
+first, on NCCL builds, one byte into each ``fr/pipe_rank{R}.pipe`` FIFO makes the rank's C++ side dump
+its NCCL Flight Recorder to ``fr/rank{R}`` without needing the GIL):
+SIGUSR2 -> the rank's sigwait thread writes stacks + Flight Recorder, then ``inject/rank{R}.ack``;
+ranks that did not ack within ``grace_s`` get SIGUSR1 -> faulthandler's C-level all-thread stack dump
+(works even if the GIL is held). Signals are never sent to a process that did not install handlers
+(SIGUSR1/2 would kill it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traceread.collect.runinfo import iso, read_json, write_json
+
+DEFAULT_FLOOR_S = 300.0
+DEFAULT_FACTOR = 10.0
+
+
+@dataclass
+class RankProgress:
+    """Last progress seen for one rank."""
+
+    rank: int
+    step: int
+    time_ns: int  # rank's wall clock at that step
+    pid: int
+    changed_at: float  # launcher monotonic time when ``step`` last changed
+
+
+def read_progress(path: Path) -> tuple[int, int, int] | None:
+    """``(step, time_ns, pid)`` from a progress file, None if unreadable."""
+    try:
+        parts = path.read_bytes().split()
+        return int(parts[0]), int(parts[1]), int(parts[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class Watchdog:
+    """Polls progress files of one host folder and decides when the job is hung."""
+
+    host_dir: Path
+    timeout_s: float | None = None
+    floor_s: float = DEFAULT_FLOOR_S
+    factor: float = DEFAULT_FACTOR
+    startup_timeout_s: float | None = None
+    grace_s: float = 10.0
+    progress: dict[int, RankProgress] = field(default_factory=dict)
+    intervals: deque = field(default_factory=lambda: deque(maxlen=256))
+    started_at: float = field(default_factory=time.monotonic)
+    fired: bool = False  # a hang was reported and no progress since
+
+    # ---------------------------------------------------------------------------------- progress
+    def poll(self, now: float | None = None) -> bool:
+        """Read progress; True exactly once per stall when the stall exceeds the timeout."""
+        now = time.monotonic() if now is None else now
+        advanced = False
+        for path in (self.host_dir / "progress").glob("rank*"):
+            if not path.name[4:].isdigit():
+                continue
+            got = read_progress(path)
+            if got is None:
+                continue
+            rank, (step, t_ns, pid) = int(path.name[4:]), got
+            prev = self.progress.get(rank)
+            if prev is None or prev.pid != pid:
+                self.progress[rank] = RankProgress(rank, step, t_ns, pid, now)
+                advanced |= step > 0
+            elif step > prev.step:
+                if prev.step > 0 and t_ns > prev.time_ns:
+                    self.intervals.append((t_ns - prev.time_ns) / 1e9 / (step - prev.step))
+                prev.step, prev.time_ns, prev.changed_at = step, t_ns, now
+                advanced = True
+        if advanced:
+            self.fired = False
+        if self.fired:
+            return False
+        stalled, limit = self.stall_s(now), self.effective_timeout_s()
+        if stalled is not None and limit is not None and stalled > limit:
+            self.fired = True
+            return True
+        return False
+
+    def armed(self) -> bool:
+        return any(p.step > 0 for p in self.progress.values())
+
+    def stall_s(self, now: float) -> float | None:
+        """Seconds since any rank last completed a step (or since start, before the first step)."""
+        if self.armed():
+            return now - max(p.changed_at for p in self.progress.values() if p.step > 0)
+        return now - self.started_at if self.startup_timeout_s else None
+
+    def median_step_s(self) -> float | None:
+        return statistics.median(self.intervals) if self.intervals else None
+
+    def effective_timeout_s(self) -> float | None:
+        """Fixed timeout, or ``max(floor, factor × median step time)``; start-up timeout before step 1."""
+        if not self.armed():
+            return self.startup_timeout_s
+        if self.timeout_s is not None:
+            return self.timeout_s
+        med = self.median_step_s()
+        return max(self.floor_s, self.factor * med) if med is not None else self.floor_s
+
+    # ---------------------------------------------------------------------------------- dumping
+    def local_ranks(self) -> dict[int, dict[str, Any]]:
+        """Rank files of processes on this host that installed the dump signals."""
+        host = socket.gethostname()
+        out = {}
+        for path in sorted((self.host_dir / "ranks").glob("rank*.json")):
+            doc = read_json(path)
+            if doc and isinstance(doc.get("rank"), int) and doc.get("host") == host and doc.get("pid"):
+                out[doc["rank"]] = doc
+        return out
+
+    def dump_all(self, reason: str) -> dict[str, Any]:
+        """Signal every local rank to dump; wait for acks; SIGUSR1 fallback for the silent ones."""
+        ranks = self.local_ranks()
+        sent_ns = time.time_ns()
+        asked: list[int] = []
+        for r, info in ranks.items():
+            if info.get("signals", {}).get("dump") and _alive(info["pid"]):
+                try:
+                    os.kill(info["pid"], signal.SIGUSR2)
+                    asked.append(r)
+                except OSError:
+                    pass
+        pipes = poke_nccl_pipes(self.host_dir / "fr")
+        acks: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and len(acks) < len(asked):
+            for r in asked:
+                if r not in acks:
+                    ack = read_json(self.host_dir / "inject" / f"rank{r}.ack")
+                    if ack and ack.get("time_ns", 0) >= sent_ns - 1_000_000:
+                        acks[r] = ack
+            time.sleep(0.05)
+        fallback = []
+        for r, info in ranks.items():
+            if r not in acks and info.get("signals", {}).get("stacks") and _alive(info["pid"]):
+                try:
+                    os.kill(info["pid"], signal.SIGUSR1)
+                    fallback.append(r)
+                except OSError:
+                    pass
+        if fallback:
+            time.sleep(1.0)  # faulthandler writes synchronously in the signal handler
+        return {"reason": reason, "requested_at": iso(sent_ns), "requested_at_ns": sent_ns,
+                "asked_ranks": sorted(asked), "answered_ranks": sorted(acks),
+                "unanswered_ranks": sorted(set(ranks) - set(acks)), "stack_fallback_ranks": sorted(fallback),
+                "nccl_pipes_poked": pipes,
+                "acks": {str(r): a for r, a in sorted(acks.items())}}
+
+    def hang_record(self, action: str, dump: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+        """The ``hang.json`` document (contract in agent brief + the evidence used)."""
+        now = time.monotonic() if now is None else now
+        med = self.median_step_s()
+        return {
+            "detected_at": dump["requested_at"],
+            "detected_at_ns": dump["requested_at_ns"],
+            "host": socket.gethostname(),
+            "timeout_s": self.effective_timeout_s(),
+            "timeout_source": "fixed" if self.timeout_s is not None else "adaptive",
+            "median_step_s": med,
+            "stalled_for_s": self.stall_s(now),
+            "answered_ranks": dump["answered_ranks"],
+            "unanswered_ranks": dump["unanswered_ranks"],
+            "stack_fallback_ranks": dump["stack_fallback_ranks"],
+            "action": action,
+            "last_step_per_rank": {str(r): p.step for r, p in sorted(self.progress.items())},
+            "last_step_time_per_rank": {str(r): iso(p.time_ns) for r, p in sorted(self.progress.items()) if p.step},
+            "files": {"stacks": "stacks/rank{R}.txt", "fr": "fr/rank{R}.json|.pkl", "acks": "inject/rank{R}.ack"},
+            "acks": dump["acks"],
+        }
+
+    def write_hang(self, record: dict[str, Any]) -> Path:
+        path = self.host_dir / "hang.json"
+        write_json(path, record)
+        return path
+
+
+def poke_nccl_pipes(fr_dir: Path) -> list[str]:
+    """Write one byte into each NCCL debug-info FIFO (``pipe_rank<R>.pipe``): a GIL-free FR dump request.
+
+    Only NCCL builds create these FIFOs (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``); non-blocking open, so a
+    FIFO nobody reads any more is skipped instead of blocking the launcher.
+    """
+    poked = []
+    for path in sorted(fr_dir.glob("pipe_rank*.pipe")):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1")
+            poked.append(path.name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return poked
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False

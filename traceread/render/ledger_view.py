@@ -1,0 +1,108 @@
+"""The step ledger as text: one stacked bar for the job, one per rank, and the findings' coverage.
+
+Bars are proportional strings of one glyph per category (legend below them), so they work in a
+colour terminal, a log file and ``--format text`` alike. Jobs with many ranks show the critical
+rank and the slowest others, plus a bar of all ranks' mean share, and say so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from traceread.report_schema import LEDGER_CATEGORIES, Report
+from traceread.fmt import ms
+
+#: Glyph, short label and rich colour of each category.
+STYLE: dict[str, tuple[str, str, str]] = {
+    "compute_bound": ("C", "compute-bound", "green"),
+    "memory_bound": ("M", "memory-bound", "yellow"),
+    "compute_other": ("c", "other compute", "bright_green"),
+    "comm_transfer": ("T", "comm transfer", "blue"),
+    "comm_wait": ("W", "comm wait", "magenta"),
+    "bubble": ("B", "pipeline bubble", "red"),
+    "exposed_memcpy": ("Y", "exposed memcpy", "cyan"),
+    "host_bound": ("H", "host-bound", "bright_red"),
+    "dependency": ("D", "dependency wait", "bright_magenta"),
+    "idle_other": (".", "other idle", "white"),
+}
+BAR_WIDTH = 60
+
+
+def by_category(parts: list[dict[str, Any]]) -> dict[str, float]:
+    """µs per category (roles and ranks summed), in display order."""
+    acc: dict[str, float] = defaultdict(float)
+    for p in parts:
+        acc[p["category"]] += float(p["us"])
+    return {c: acc[c] for c in LEDGER_CATEGORIES if acc.get(c)}
+
+
+def bar_cells(totals: dict[str, float], width: int = BAR_WIDTH) -> list[tuple[str, int]]:
+    """(category, cells) summing to ``width`` (largest remainder), categories in display order."""
+    total = sum(totals.values())
+    if total <= 0:
+        return []
+    raw = {c: v / total * width for c, v in totals.items()}
+    cells = {c: int(v) for c, v in raw.items()}
+    for c in sorted(raw, key=lambda c: -(raw[c] - cells[c]))[: width - sum(cells.values())]:
+        cells[c] += 1
+    return [(c, n) for c, n in cells.items() if n > 0]
+
+
+def bar_text(totals: dict[str, float], width: int = BAR_WIDTH) -> str:
+    return "".join(STYLE[c][0] * n for c, n in bar_cells(totals, width))
+
+
+def legend(totals: dict[str, float]) -> str:
+    """``C compute-bound 30.1 ms · W comm wait 3.0 ms · ...`` biggest first."""
+    items = sorted(totals.items(), key=lambda kv: -kv[1])
+    return " · ".join(f"{STYLE[c][0]} {STYLE[c][1]} {ms(v)}" for c, v in items)
+
+
+def coverage_line(report: Report) -> str | None:
+    cov = report.get("coverage")
+    if not cov or not cov.get("step_us"):
+        return None
+    e, s = float(cov["explained_us"]), float(cov["step_us"])
+    return f"Findings account for {e / 1000:.1f} of {s / 1000:.1f} ms per step ({100 * e / s:.0f}%)."
+
+
+def job_lines(report: Report) -> list[tuple[str, dict[str, float]]]:
+    """(caption, totals) of the job's bar, and a note on the late ranks the critical path followed."""
+    led = report.get("ledger")
+    if not led:
+        return []
+    crit = led.get("critical_rank")
+    caption = f"job (step {led.get('step')}, critical rank {crit}, {ms(led.get('step_us'))})"
+    return [(caption, by_category(led.get("parts") or []))]
+
+
+def followed_note(report: Report) -> str | None:
+    led = report.get("ledger") or {}
+    peers = [w for w in led.get("waited_on") or [] if w.get("us")]
+    if not peers:
+        return None
+    return ("critical path followed late rank(s): "
+            + ", ".join(f"rank {w['rank']} {ms(w['us'])} ({w.get('role') or 'comm'} wait)" for w in peers[:4]))
+
+
+def rank_lines(report: Report, top: int) -> tuple[list[tuple[str, dict[str, float]]], str | None]:
+    """Bars of the critical rank and the slowest others (at most ``top``), plus the mean over ranks."""
+    ranks = [r for r in report.get("ranks") or [] if r.get("ledger")]
+    if not ranks:
+        return [], None
+    crit = (report.get("ledger") or {}).get("critical_rank")
+    ordered = sorted(ranks, key=lambda r: (r["rank"] != crit, -float(r["ledger"]["step_us"]), r["rank"]))
+    shown = sorted(ordered[:top], key=lambda r: r["rank"])
+    out = [(f"rank {r['rank']}" + (" *" if r["rank"] == crit else ""), by_category(r["ledger"]["parts"]))
+           for r in shown]
+    note = None
+    if len(ranks) > len(shown):
+        mean: dict[str, float] = defaultdict(float)
+        for r in ranks:
+            for c, v in by_category(r["ledger"]["parts"]).items():
+                mean[c] += v / len(ranks)
+        out.append((f"mean of {len(ranks)}", {c: mean[c] for c in LEDGER_CATEGORIES if mean.get(c)}))
+        note = (f"showing the critical rank (*) and the {len(shown) - 1} slowest others of {len(ranks)} ranks, "
+                "plus the mean over all ranks (every rank is in the JSON/HTML)")
+    return out, note
