@@ -19,11 +19,12 @@ from pathlib import Path
 
 import polars as pl
 
-from traceread.analysis.ledger import job as job_ledger, rank as ledger
-from traceread.analysis.time import steps
-from traceread.analysis.compute import roofline as rf
 from traceread.analysis.comm.collectives import match_collectives
+from traceread.analysis.compute import roofline as rf
 from traceread.analysis.hardware import device_for_meta
+from traceread.analysis.ledger import job as job_ledger
+from traceread.analysis.ledger import rank as ledger
+from traceread.analysis.time import steps
 from traceread.build.rank_map import summarise_rank
 from traceread.engine.jobs import read_rank
 

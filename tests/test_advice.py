@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from traceread.build.report import ReportOptions, build_report
 from traceread.build import explain
 from traceread.build.findings.layout import tp_across_nodes
+from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 

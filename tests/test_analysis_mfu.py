@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from rank_factory import make_op_rank
 
-from traceread.analysis.hardware import DEVICES
 from traceread.analysis.compute.mfu import formula_mfu, model_flops_per_step, recompute_mask, trace_mfu
+from traceread.analysis.hardware import DEVICES
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"

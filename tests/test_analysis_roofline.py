@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from rank_factory import make_op_rank
 
-from traceread.analysis.hardware import DEVICES, device_for_meta
 from traceread.analysis.compute.roofline import MAX_REPORT_OPS, operator_table, roofline_summary
+from traceread.analysis.hardware import DEVICES, device_for_meta
 
 H100 = DEVICES["h100-sxm"]
 BF = "c10::BFloat16"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rank_factory import make_rank
 
-from traceread.analysis.time import breakdown
 from traceread.analysis import kinds as commkind
 from traceread.analysis.compute import occupancy, roofline
 from traceread.analysis.kinds import gpu_class_expr
+from traceread.analysis.time import breakdown
 
 # Real kernel names of the communication libraries (from their public sources / real traces).
 COMM_NAMES = {

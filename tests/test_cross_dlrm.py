@@ -21,8 +21,8 @@ import pytest
 from traceread.analysis.comm.clocks import estimate_offsets
 from traceread.analysis.comm.collectives import comm_events, match_collectives
 from traceread.analysis.comm.perf import collective_table
-from traceread.analysis.time.steps import device_steps
 from traceread.analysis.comm.stragglers import attribute
+from traceread.analysis.time.steps import device_steps
 from traceread.engine.jobs import read_traces
 
 

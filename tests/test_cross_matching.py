@@ -12,8 +12,7 @@ import pytest
 from traceread.analysis.comm.clocks import ClockModel, estimate_offsets, hosts_from_run_info, recorded_uncertainty
 from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, comm_events, match_collectives, normalize_op
 from traceread.analysis.comm.perf import busbw_factor, collective_table, intra_node_link
-from traceread.model import (FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace,
-                             empty_frame)
+from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, empty_frame
 
 
 def ev(rank: int, ts: float, end: float, **kw: object) -> dict[str, object]:
@@ -314,8 +313,8 @@ def test_pg_ranks_compacted_in_the_summary_and_read_back() -> None:
 def test_summary_size_does_not_grow_with_the_world(tmp_path) -> None:
     """A DDP rank's summary at 64 ranks is the size of the same rank's at 8 ranks, to a few bytes (the
     member lists written out would add ~4 bytes per member per collective row: +195 bytes here)."""
-    from traceread.engine.tasks import RankTask
     from traceread.build.run_map import summarise
+    from traceread.engine.tasks import RankTask
     from traceread.simulate import simulate
 
     sizes = {}

@@ -13,14 +13,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceread.analysis.time.breakdown import step_breakdowns
 from traceread.analysis.comm.clocks import estimate_offsets
 from traceread.analysis.comm.collectives import comm_events, match_collectives
 from traceread.analysis.comm.perf import instance_timing
 from traceread.analysis.comm.pipeline import detect_pipeline, stage_activity
+from traceread.analysis.comm.stragglers import attribute
+from traceread.analysis.time.breakdown import step_breakdowns
 from traceread.analysis.time.slow_steps import find_slow_steps
 from traceread.analysis.time.steps import device_steps
-from traceread.analysis.comm.stragglers import attribute
 from traceread.engine.jobs import read_traces
 from traceread.simulate import simulate
 

@@ -11,8 +11,8 @@ import pytest
 
 from traceread.analysis.comm.clocks import estimate_offsets
 from traceread.analysis.comm.collectives import EXTRACT_SCHEMA, match_collectives
-from traceread.analysis.time.slow_steps import find_slow_steps
 from traceread.analysis.comm.stragglers import attribute, impact_per_step
+from traceread.analysis.time.slow_steps import find_slow_steps
 
 
 def _ev(rank: int, pg: str, seq: int, ts: float, end: float, launch: float, step: int,

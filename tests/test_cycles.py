@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.compare import drift as drift_mod
-from traceread.read.warmup import judge, warmup_event
 from traceread.build.report import ReportOptions, build_report
 from traceread.cli import cli
+from traceread.compare import drift as drift_mod
 from traceread.read import cycles
+from traceread.read.warmup import judge, warmup_event
 from traceread.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from statistics import mean, median
 from pathlib import Path
+from statistics import mean, median
 
 import pytest
 from click.testing import CliRunner

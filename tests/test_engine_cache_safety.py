@@ -19,7 +19,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from engine_docs import differences
 
 REPO = Path(__file__).resolve().parents[1]

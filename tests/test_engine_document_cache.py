@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from engine_docs import differences
-from traceread.build.report import ReportOptions, build_report
+
 from traceread.build import run_map
+from traceread.build.report import ReportOptions, build_report
 from traceread.engine import caches
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,9 +87,9 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
 
 def test_summary_format_is_generic_over_fields(run: Path) -> None:
     """A field added to RankSummary travels without touching the cache code (frames, dicts, meta)."""
-    from traceread.engine.tasks import RankTask
-    from traceread.build.run_map import summarise
     from traceread.build.rank_map import RankSummary
+    from traceread.build.run_map import summarise
+    from traceread.engine.tasks import RankTask
 
     s, data = summarise(RankTask(sorted(run.glob("rank*.pt.trace.json.gz"))[0], detail=True, use_cache=False))
     assert isinstance(s, RankSummary) and data is not None

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_docs import differences
+
 from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_docs import differences
+
 from traceread.build.report import ReportOptions, build_report
 
 pytest.importorskip("s3fs", reason="the [remote] extra is not installed (make test installs it)")

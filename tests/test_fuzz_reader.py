@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from traceread.engine.jobs import read_rank, read_traces
 from traceread.errors import TraceFileError
 from traceread.model import GPU_SCHEMA, HOST_SCHEMA, RankTrace
 from traceread.read import inflate, parse, stream
-from traceread.engine.jobs import read_rank, read_traces
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 SOURCES = [

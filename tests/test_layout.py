@@ -92,10 +92,10 @@ def test_generic_descriptions_fall_back_to_the_collectives(samples_dir: Path) ->
     """tp_dp_h100 with every description replaced by torch's generic "undefined": the roles come
     from what each group runs (per-layer all-reduces over the whole compute vs backward only)."""
     from traceread.build import job_reduce as crossrank
+    from traceread.build.rank_map import slim_meta, summarise_rank
     from traceread.engine.jobs import read_rank
     from traceread.read.discover import find
     from traceread.read.ranks import identify
-    from traceread.build.rank_map import slim_meta, summarise_rank
 
     summaries = []
     for f in find([samples_dir / "tp_dp_h100"]).files:

@@ -72,8 +72,8 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def _ours(folder: Path) -> dict[str, Any]:
     """The report (layout, job ledger, findings) and every rank's final and local segments."""
     from traceread.analysis.comm import clocks, collectives
-    from traceread.build.report import ReportOptions, build_report
     from traceread.build.rank_map import summarise_rank
+    from traceread.build.report import ReportOptions, build_report
     from traceread.engine.jobs import read_rank
     from traceread.read.ranks import identify
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceread.model import RankTrace
 from traceread import model
 from traceread.engine import caches as cache
 from traceread.engine.jobs import read_rank, read_traces
+from traceread.model import RankTrace
 from traceread.read import parse as parse_mod
 
 TRACE = "hta_nccl_parser_config/nccl_data.json.gz"

@@ -17,8 +17,8 @@ import orjson
 import polars as pl
 import pytest
 
-from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA
 from traceread.engine.jobs import read_rank
+from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA
 
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 FILES = sorted(

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from traceread.engine.jobs import read_rank, read_traces
 from traceread.errors import TraceFileError
 from traceread.read import discover
-from traceread.engine.jobs import read_rank, read_traces
 
 DLRM = "param_dlrm_8rank"
 

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceread.model import RankTrace
 from traceread.engine.jobs import read_traces
+from traceread.model import RankTrace
 from traceread.read.nesting import NESTING_CATEGORIES
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from traceread.errors import RankConflictError
 from traceread.engine.jobs import read_rank, read_traces
+from traceread.errors import RankConflictError
 from traceread.read.ranks import rank_from_name
 
 

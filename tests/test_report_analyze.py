@@ -6,8 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from statistics import median
 from pathlib import Path
+from statistics import median
 
 import pytest
 from click.testing import CliRunner

@@ -10,9 +10,9 @@ from statistics import fmean
 
 import pytest
 
+from traceread.build.queries import host_bound_per_step, per_step, step_us
 from traceread.build.report import ReportOptions, build_report
 from traceread.render import json_report
-from traceread.build.queries import host_bound_per_step, per_step, step_us
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 TRUTH_DIRS = sorted(p for p in SAMPLES.iterdir() if (p / "truth.json").is_file()) if SAMPLES.is_dir() else []
@@ -94,8 +94,9 @@ def test_formula_mfu_uses_the_median_step() -> None:
     folder = SAMPLES / "slow_steps_a100"  # one slow step: mean and median step differ
     if not (folder / "truth.json").is_file():
         pytest.skip("sample slow_steps_a100 not present")
-    from traceread.analysis.hardware import lookup_device
     from statistics import median
+
+    from traceread.analysis.hardware import lookup_device
 
     n, d = 1e8, 16384.0
     doc = _json_report(folder, params=n, tokens_per_step=d)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from pathlib import Path
 
 import pytest
 

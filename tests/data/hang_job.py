@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import faulthandler
 import json
-import shutil
 import os
+import shutil
 import sys
 import threading
 import time

@@ -7,7 +7,6 @@ Knobs (all optional): --steps N, --sleep-rank R --sleep-s S (that rank sleeps ea
 
 import argparse
 import datetime
-import os
 import time
 
 import torch

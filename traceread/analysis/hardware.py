@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from traceread.errors import TraceReadError
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from traceread.fmt import ms, nbytes, pct
 
+
 #: Bytes each rank must move per byte of payload, by collective (nccl-tests "bus bandwidth" factors).
 def bus_factor(name: str, n: int) -> float:
     """Link traffic per rank divided by the payload size S, for a ring/tree implementation."""

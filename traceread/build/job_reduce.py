@@ -12,11 +12,11 @@ from typing import Any
 
 import polars as pl
 
+from traceread.build.rank_map import RankSummary
+from traceread.errors import guarded
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
 from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
 from traceread.report_schema import Report
-from traceread.build.rank_map import RankSummary
-from traceread.errors import guarded
 
 
 def assign_ranks(summaries: list[RankSummary]) -> list[str]:
@@ -91,9 +91,10 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
     With a ``run.json`` (``run_info``) the clock uncertainty ``traceread collect`` measured is the
     floor of ε, the margin below which arrival differences are not blamed on anyone.
     """
-    from traceread.analysis.comm import clocks, collectives, perf as comm_perf, pipeline, stragglers
-    from traceread.analysis.time import slow_steps
+    from traceread.analysis.comm import clocks, collectives, pipeline, stragglers
+    from traceread.analysis.comm import perf as comm_perf
     from traceread.analysis.comm.layout import layout_from_summaries
+    from traceread.analysis.time import slow_steps
 
     report["layout"] = guarded("parallel layout", warnings, lambda: layout_from_summaries(
         summaries, hosts=hosts, nccl=report.get("nccl")).to_json())

@@ -9,8 +9,9 @@ A rank without steps is one window: its top-level value is its per-step value.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from statistics import fmean, median
-from typing import Any, Iterable
+from typing import Any
 
 from traceread.report_schema import RankEntry, Report
 

@@ -80,8 +80,8 @@ def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list
     (``reports.stats``), never as whole-trace totals ÷ steps. CPU-only ranks have no GPU window:
     their ``window_us`` is the sum of the host step windows and every GPU field stays null.
     """
-    from traceread.analysis.time import breakdown, cpu_breakdown, idle
     from traceread.analysis.compute import occupancy
+    from traceread.analysis.time import breakdown, cpu_breakdown, idle
 
     e: dict[str, Any] = {
         "rank": rt.rank, "file": rt.file, "device": rt.meta.device_name, "num_sms": rt.meta.num_sms,
@@ -204,8 +204,9 @@ def _trace_mfu(rt: RankTrace, windows: Any, ops: Any, spec: Any, entry: dict[str
 
 def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool = False) -> RankSummary:
     """Reduce one rank to its report entry and cross-rank extracts (never raises for bad data)."""
-    from traceread.analysis.time import breakdown, steps as steps_mod
     from traceread.analysis.comm import collectives
+    from traceread.analysis.time import breakdown
+    from traceread.analysis.time import steps as steps_mod
 
     warnings: list[str] = []
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))

@@ -122,13 +122,12 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 
 def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
     """Map, reduce, findings: the document from scratch."""
+    from traceread.analysis.hang.nccl_log import nccl_logs_under, parse_nccl_logs
     from traceread.build import job_reduce as crossrank
+    from traceread.build.rank_map import RankSummary
     from traceread.build.run_map import summarise_files
     from traceread.engine.jobs import explain_failure
-    from traceread.build.rank_map import RankSummary
     from traceread.errors import guarded
-
-    from traceread.analysis.hang.nccl_log import nccl_logs_under, parse_nccl_logs
     from traceread.read import cycles
 
     warnings: list[str] = []

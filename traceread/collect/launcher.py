@@ -22,8 +22,8 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collect.env import collect_env
-from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
+from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines

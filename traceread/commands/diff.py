@@ -52,14 +52,13 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
     \b
     Exit codes: 0 compared, 2 bad input, 3 no trace found in A or B.
     """
+    from dataclasses import replace
+
     import orjson
 
     from traceread.build.report import NothingUsableError, ReportOptions, build_report
-    from traceread.render.json_report import _jsonable
-
-    from dataclasses import replace
-
     from traceread.read.cycles import CycleChoiceError
+    from traceread.render.json_report import _jsonable
 
     if cycles:
         parts = [c.strip() for c in cycles.split(",")]

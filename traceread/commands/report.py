@@ -10,8 +10,8 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -170,7 +170,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         return
 
     if output == "-":  # stdout: the document only, nothing else on it
-        from traceread.render import html as html_mod, json_report, terminal
+        from traceread.render import html as html_mod
+        from traceread.render import json_report, terminal
 
         text = (json_report.to_json(doc) + "\n" if fmt == "json" else terminal.render_text(doc, top=top)
                 if fmt == "text" else html_mod.render_html(doc, title=f"traceread report — {', '.join(paths)[:120]}"))

@@ -157,5 +157,5 @@ def _pick(values: tuple, i: int, default: object, flag: str) -> object:  # type:
     if len(values) == 1:
         return values[0]
     if i >= len(values):
-        raise click.BadParameter(f"give one value, or one per --straggler", param_hint=flag)
+        raise click.BadParameter("give one value, or one per --straggler", param_hint=flag)
     return values[i]

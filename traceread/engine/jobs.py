@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
-
-from tempfile import TemporaryDirectory
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 from traceread.engine import caches, tasks

@@ -23,7 +23,6 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-
 #: Environment variable overriding the measured available memory (a size, or ``off``).
 BUDGET_ENV = "TRACEREAD_MEMORY_BUDGET"
 #: Compressed bytes decompressed to measure a file's compression ratio.

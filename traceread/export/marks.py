@@ -128,8 +128,8 @@ class FindingMarks:
                         "GPU idle waiting for a launch", rank, b - a)
 
     def _bubbles(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
-        from traceread.analysis.time.breakdown import device_gpu_rows
         from traceread.analysis.kinds import gpu_class_expr
+        from traceread.analysis.time.breakdown import device_gpu_rows
 
         hit = self._finding("pipeline_bubble")
         if hit is None:

@@ -9,8 +9,8 @@ faithful representation in the column type becomes null rather than an error.
 from __future__ import annotations
 
 import re
-from itertools import chain
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import msgspec

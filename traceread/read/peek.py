@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 
-from traceread.read.warmup import NOT_STARTUP_CATS
 from traceread.errors import TraceFileError
 from traceread.read.discover import NOT_A_TRACE
 from traceread.read.ranks import rank_from_name
+from traceread.read.warmup import NOT_STARTUP_CATS
 
 _CYCLE_RE = re.compile(r"(?<![a-z])cycle[-_]?(\d+)", re.IGNORECASE)
 #: ``tensorboard_trace_handler``: ``{worker}.{time}.pt.trace.json`` (time in ms, or ns in newer torch).
@@ -151,9 +151,9 @@ def _scan(batch: list[Any], steps: dict[int, float], warm: dict[str, float], fir
 
 
 def _peek_file(facts: FileFacts) -> None:
-    from traceread.read.warmup import warmup_event
     from traceread.read.inflate import uncompressed_chunks
     from traceread.read.stream import EventStream
+    from traceread.read.warmup import warmup_event
 
     facts.peeked = True
     # The reader's own bounded stream: a peek holds one batch of events, never the whole file,

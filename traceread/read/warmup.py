@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 #: First step / median of the others at or above which the first step counts as warm-up.
 FIRST_STEP_RATIO = 1.5

@@ -13,9 +13,9 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from traceread.report_schema import LEDGER_CATEGORIES, Report
 from traceread.build.explain import bus_factor
 from traceread.build.queries import coll_time, n_steps, per_step, step_us
+from traceread.report_schema import LEDGER_CATEGORIES, Report
 
 Figure = dict[str, Any]
 MAX_LANES = 32

@@ -25,13 +25,12 @@ import jinja2
 import orjson
 
 from traceread import __version__
-from traceread.fmt import export_command
-from traceread.report_schema import Report
-from traceread.render import charts, terminal
 from traceread.build import explain
-from traceread.render.json_report import _jsonable
 from traceread.build.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
-from traceread.fmt import ms, nbytes, pct, rank_list
+from traceread.fmt import export_command, ms, nbytes, pct, rank_list
+from traceread.render import charts, terminal
+from traceread.render.json_report import _jsonable
+from traceread.report_schema import Report
 
 TEMPLATES = Path(__file__).with_name("templates")
 PLOTLY_ASSET = Path(__file__).with_name("assets") / "plotly-cartesian.min.js"

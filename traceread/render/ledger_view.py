@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from traceread.report_schema import LEDGER_CATEGORIES, Report
 from traceread.fmt import ms
+from traceread.report_schema import LEDGER_CATEGORIES, Report
 
 #: Glyph, short label and rich colour of each category.
 STYLE: dict[str, tuple[str, str, str]] = {

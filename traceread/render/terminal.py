@@ -15,11 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from traceread.report_schema import Report
-from traceread.render.nccl_summary import nccl_lines
-from traceread.textsafe import clean_data, clean_lines
 from traceread.build.queries import coll_time, median_step_us, per_step, step_us, total_steps
 from traceread.fmt import ms, nbytes, pct, rank_list
+from traceread.render.nccl_summary import nccl_lines
+from traceread.report_schema import Report
+from traceread.textsafe import clean_data, clean_lines
 
 
 def headline(report: Report) -> str:

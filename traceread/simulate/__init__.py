@@ -31,9 +31,8 @@ def knobs_from(**knobs: Any) -> Knobs:
 def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]:
     """Run ``scenario`` with ``knobs`` (fields of :class:`Knobs`), write the traces and truth.json, return the truth."""
     from traceread.simulate.kineto import T0_NS, write_rank
-    from traceread.simulate.truth import build_truth
-
     from traceread.simulate.scenarios import SCENARIO_DEFAULTS
+    from traceread.simulate.truth import build_truth
 
     k = knobs_from(**{**SCENARIO_DEFAULTS.get(scenario, {}), **knobs})
     built = build(scenario, k)

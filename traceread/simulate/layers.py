@@ -43,7 +43,7 @@ Kernel times come from a simple roofline on the hardware FLOPs:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from math import ceil
 
 from traceread.simulate.schedule import GpuOp, KernelSpec, OpRecord, RankCtx
@@ -68,7 +68,7 @@ class LeafOp(OpRecord):
     model_flops: int = 0
 
 
-@lru_cache(maxsize=None)
+@cache
 def causal_pairs(n_q: int, n_kv: int) -> int:
     """(query, key) pairs one head computes under FlashAttention's bottom-right causal mask.
 

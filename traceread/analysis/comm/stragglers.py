@@ -327,7 +327,7 @@ def _aggregate(
             ev += "; before the collective its GPU computed longer than its peers' (slower GPU or more work)"
         if not root:
             froms = [x for x in mine["from_rank"].to_list() if x is not None and x != r]
-            ev += (f"; late only because it left the previous collective late"
+            ev += ("; late only because it left the previous collective late"
                    + (f" (waiting on rank {max(set(froms), key=froms.count)})" if froms else ""))
         out.append({
             "rank": r, "blame_us_per_step": blame, "arrived_last": mine.height, "cause": cause,

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceread.analysis.hardware import DeviceSpec
 from traceread.analysis.compute.roofline import dominant_precision, operator_table, propagate_down
+from traceread.analysis.hardware import DeviceSpec
 from traceread.model import RankTrace
 
 _EVAL_PREFIX = "autograd::engine::evaluate_function:"

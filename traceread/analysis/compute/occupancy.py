@@ -35,8 +35,8 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
-from traceread.analysis.time.breakdown import device_gpu_rows
 from traceread.analysis.kinds import comm_kinds
+from traceread.analysis.time.breakdown import device_gpu_rows
 from traceread.analysis.time.steps import device_steps
 from traceread.model import RankTrace
 

@@ -33,7 +33,6 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals
-from traceread.analysis.hardware import DeviceSpec
 from traceread.analysis.compute.flops import (
     OpCost,
     attention_causal_flag,
@@ -41,6 +40,7 @@ from traceread.analysis.compute.flops import (
     is_supported,
     op_cost,
 )
+from traceread.analysis.hardware import DeviceSpec
 from traceread.analysis.kinds import comm_mask
 from traceread.model import RankTrace
 

@@ -36,8 +36,8 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
-from traceread.analysis.time.breakdown import device_gpu_rows, snap_ns
 from traceread.analysis.kinds import comm_mask
+from traceread.analysis.time.breakdown import device_gpu_rows, snap_ns
 from traceread.model import RankTrace
 from traceread.report_schema import LEDGER_CATEGORIES
 

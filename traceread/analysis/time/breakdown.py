@@ -35,8 +35,8 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
-from traceread.analysis.time.steps import StepWindows
 from traceread.analysis.kinds import gpu_classes
+from traceread.analysis.time.steps import StepWindows
 from traceread.model import RankTrace
 
 BREAKDOWN_FIELDS = (

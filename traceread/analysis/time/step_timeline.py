@@ -82,8 +82,8 @@ def _merge_runs(rows: pl.DataFrame, gap: float) -> pl.DataFrame:
 def rank_intervals(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
     """The rank's extract (module docstring): at most ``(MIDDLE_STEPS + 1) × MAX_ROWS_PER_STEP`` rows
     plus the idle gaps."""
-    from traceread.analysis.time.breakdown import device_gpu_rows
     from traceread.analysis.kinds import gpu_class_expr
+    from traceread.analysis.time.breakdown import device_gpu_rows
 
     steps = _kept_steps(windows)
     gpu = device_gpu_rows(rt)

@@ -9,23 +9,24 @@ below :data:`MIN_IMPACT_PCT` of a step are dropped, except a hang, which always 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traceread.analysis.kinds import is_comm_kernel_name
-from traceread.report_schema import Finding, Report
 from traceread.build import explain
 from traceread.build.queries import (
     coll_time,
     host_bound_per_step,
     med,
     median_step_us,
+    network_loss_us,
     pct_of_step,
     per_step,
-    network_loss_us,
     total_steps,
     worst_rank,
 )
 from traceread.fmt import ms, nbytes, pct, rank_list
+from traceread.report_schema import Finding, Report
 
 MIN_IMPACT_PCT = 1.0  # below this share of a step a problem is not worth a reader's attention
 MAX_PER_KIND = 3

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceread.report_schema import Finding, Report
 from traceread.build import explain
 from traceread.build.queries import pct_of_step
+from traceread.report_schema import Finding, Report
 
 
 def _nvlink_gbps(report: Report) -> float | None:

@@ -35,10 +35,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from traceread.report_schema import Finding, Report
 from traceread.build import explain
 from traceread.build.queries import med, total_steps
 from traceread.fmt import ms
+from traceread.report_schema import Finding, Report
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
 RECOVERABLE: dict[str, str] = {
