@@ -279,8 +279,7 @@ def test_simulated_runs_match_truth_exactly(simulated: tuple[dict[str, Any], lis
 def test_sample_traces_match_their_truth(samples_dir: Path) -> None:
     from traceread.engine import jobs as reader
     truths = sorted(samples_dir.glob("*/truth.json"))
-    if not truths:
-        pytest.skip("no simulated sample traces with truth.json yet")
+    assert truths, "sample_traces/*/truth.json are tracked files: the checkout is incomplete"
     for path in truths:
         truth = json.loads(path.read_text())
         files = sorted(path.parent.rglob("rank*.pt.trace.json*"))

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import needs
 import polars as pl
 import pytest
 from rank_factory import make_rank
@@ -100,8 +101,6 @@ def python_union(spans: list[tuple[float, float]]) -> float:
 def test_ddp_gloo_sample(samples_dir: Path) -> None:
     """The project's own 2-rank DDP gloo sample (recorded by `traceread collect`)."""
     folder = samples_dir / "cpu_ddp_gloo" / "traces"
-    if not folder.is_dir():
-        pytest.skip("sample_traces/cpu_ddp_gloo not present")
     for path in sorted(folder.glob("rank*.pt.trace.json.gz")):
         rt = _read(path)
         out = cpu_breakdown(rt)
@@ -147,7 +146,7 @@ def _gloo_worker(rank: int, world: int, port: int, out_dir: str) -> None:  # run
 @pytest.mark.slow
 def test_real_gloo_run(tmp_path: Path) -> None:
     """Two gloo ranks profiled on CPU; the breakdown must see their all_reduces and matmuls."""
-    torch = pytest.importorskip("torch")
+    torch = needs.module("torch")
     torch.multiprocessing.spawn(_gloo_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     for rank in (0, 1):
         rt = _read(tmp_path / f"rank{rank}.pt.trace.json")

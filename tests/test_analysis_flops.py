@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import needs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -339,7 +340,7 @@ for name, fn in (("plain", plain), ("grouped", grouped)):
 @pytest.fixture(scope="module")
 def flop_counter_run(tmp_path_factory: pytest.TempPathFactory):
     """Real CPU profiler traces plus torch.utils.flop_counter.FlopCounterMode counts of the same code."""
-    pytest.importorskip("torch")
+    needs.module("torch")
     import subprocess
     import sys
 

@@ -1,18 +1,20 @@
 """The HTML report in a real headless browser: every chart renders, no console message, no script
-injection, and a screenshot can be taken. Skips (with the reason) when chromium is not installed.
+injection, and a screenshot can be taken. Chromium is required: `make test` installs it; missing, every
+test here fails with one line saying so (``-m "not browser"`` leaves them out on purpose).
 
-Set ``TRACEREAD_UPDATE_SCREENSHOT=1`` to also write ``docs/img/report.png`` from the demo sample
-``sample_traces/ddp_straggler_h100`` (the README's screenshot).
+``python tests/test_browser.py --update-screenshot`` writes ``docs/img/report.png`` from the demo
+sample ``sample_traces/ddp_straggler_h100`` (the README's screenshot).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import needs
 import pytest
 from report_fixture import EVIL, full_report
 
@@ -25,20 +27,11 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars", "--virtual-time-budget=20000"]
 
-pytestmark = pytest.mark.slow
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "/usr/bin/chromium"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it)")
-    raise AssertionError  # unreachable
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def run_browser(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [chromium(), *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *extra,
+    cmd = [needs.chromium(), *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *extra,
            page.resolve().as_uri()]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 
@@ -113,8 +106,6 @@ def test_real_step_timeline_renders(sample: str, tmp_path: Path) -> None:
     from traceread.build.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / sample
-    if not folder.is_dir():
-        pytest.skip(f"sample {sample} not present")
     doc = build_report([folder], ReportOptions(workers=1))
     page = tmp_path / "t.html"
     html.write_html(doc, page)
@@ -137,12 +128,14 @@ def test_screenshot(tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
 
 
-@pytest.mark.skipif(not os.environ.get("TRACEREAD_UPDATE_SCREENSHOT"), reason="set TRACEREAD_UPDATE_SCREENSHOT=1")
-def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it."""
+def update_docs_screenshot(tmp_path: Path) -> Path:
+    """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it
+    (a tool, not a test: ``python tests/test_browser.py --update-screenshot``)."""
+    import os
+
     from traceread.build.report import ReportOptions, build_report
 
-    monkeypatch.chdir(REPO)
+    os.chdir(REPO)
     doc = build_report(["sample_traces/ddp_straggler_h100"], ReportOptions(workers=2, use_cache=False))
     page = tmp_path / "report.html"
     html.write_html(doc, page, title="traceread report — sample_traces/ddp_straggler_h100 (simulated 8×H100 DDP, rank 5 slow)")
@@ -151,17 +144,23 @@ def test_update_docs_screenshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     out.parent.mkdir(parents=True, exist_ok=True)
     res = run_browser(page, tmp_path / "profile-doc", f"--screenshot={out}", "--window-size=1400,5200")
     assert res.returncode == 0 and out.stat().st_size > 50_000
+    return out
 
 
 def test_real_pipeline_sample_renders(tmp_path: Path) -> None:
     from traceread.build.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / "pp_1f1b_h100"
-    if not folder.is_dir():
-        pytest.skip("sample pp_1f1b_h100 not present")
     doc = build_report([folder], ReportOptions(workers=1, use_cache=False))
     page = tmp_path / "pp.html"
     html.write_html(doc, page)
     dom = check_page(page, tmp_path)
     for key in ("breakdown", "timeline", "heatmap", "collectives", "roofline", "pipeline", "slow_steps"):
         assert f'id="chart-{key}"' in dom, key
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update-screenshot"]:
+        raise SystemExit("usage: python tests/test_browser.py --update-screenshot")
+    with tempfile.TemporaryDirectory() as tmp:
+        print(update_docs_screenshot(Path(tmp)))

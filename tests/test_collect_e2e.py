@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("torch")
+needs.module("torch")
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_train.py"
 pytestmark = pytest.mark.slow
@@ -80,10 +81,8 @@ def test_ddp_run_traces_every_rank(tmp_path: Path) -> None:
     assert doc["clock"]["offsets_us"] == {"0": 0.0, "1": 0.0}
     assert not list((run / "traces").glob(".*"))  # no temp files left
     assert not list((run / "stacks").glob("*"))  # empty placeholders removed
-    try:
-        from traceread.engine.jobs import read_traces
-    except ImportError:
-        return
+    from traceread.engine.jobs import read_traces
+
     ts = read_traces([run / "traces"], use_cache=False)
     assert [rt.rank for rt in ts.ranks] == [0, 1]
 

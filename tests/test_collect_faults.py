@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import needs
 import psutil
 import pytest
 
-pytest.importorskip("torch")
+needs.module("torch")
 from test_collect_e2e import free_port  # noqa: E402
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -130,12 +131,19 @@ def test_signal_to_collector_stops_everything(tmp_path: Path, sig: signal.Signal
 
 
 def _make_unwritable(path: Path) -> list[str]:
-    """chattr +i (root ignores permission bits) or chmod a-w; returns the command that undoes it."""
+    """chattr +i (root ignores permission bits) or chmod a-w; returns the command that undoes it.
+    Where neither takes (root on a file system without chattr), the folder is moved away and a plain
+    file put in its place: every write under the path then fails for any user."""
     if os.geteuid() == 0 and shutil.which("chattr"):
         if subprocess.run(["chattr", "-R", "+i", str(path)], capture_output=True).returncode == 0:
             return ["chattr", "-R", "-i", str(path)]
-    subprocess.run(["chmod", "-R", "a-w", str(path)], check=True)
-    return ["chmod", "-R", "u+w", str(path)]
+    if os.geteuid() != 0:
+        subprocess.run(["chmod", "-R", "a-w", str(path)], check=True)
+        return ["chmod", "-R", "u+w", str(path)]
+    away = path.with_name(path.name + ".away")
+    path.rename(away)
+    path.write_text("not a folder")
+    return ["sh", "-c", f'rm -f "{path}" && mv "{away}" "{path}"']
 
 
 def test_run_folder_unwritable_mid_run(tmp_path: Path) -> None:
@@ -145,12 +153,8 @@ def test_run_folder_unwritable_mid_run(tmp_path: Path) -> None:
     wait_for(lambda: len(list((run / "progress").glob("rank*"))) == 2, proc, seen)
     undo = _make_unwritable(run)
     try:
-        probe = run / "probe"
-        try:
-            probe.write_text("x")
-            pytest.skip("cannot make a folder unwritable here")
-        except OSError:
-            pass
+        with pytest.raises(OSError):
+            (run / "probe").write_text("x")
         out, err = proc.communicate(timeout=120)
     finally:
         subprocess.run(undo, capture_output=True)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -336,7 +337,7 @@ def test_recorded_samples_follow_the_run_folder_contract(samples_dir: Path, name
 @pytest.mark.slow
 def test_plain_python_job_is_rank0_and_profiled(tmp_path: Path) -> None:
     """``traceread collect -- python train.py`` (no torchrun): the direct child is rank 0, gets a trace."""
-    pytest.importorskip("torch")
+    needs.module("torch")
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
@@ -398,7 +399,7 @@ def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_on_hang_dump_keeps_the_job_running(tmp_path: Path) -> None:
     """A job that stops stepping for a while: hang.json + stacks, and the job still finishes (exit 0)."""
-    pytest.importorskip("torch")
+    needs.module("torch")
     script = tmp_path / "train.py"
     script.write_text(
         "import time, torch\n"

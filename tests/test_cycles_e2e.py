@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
-pytest.importorskip("torch")
+needs.module("torch")
 
 import test_collect_e2e  # noqa: E402  (same launcher helper: torchrun on a free port)
 from test_collect_e2e import collect  # noqa: E402

@@ -59,8 +59,6 @@ def _report(paths: list[Path], cache: Path, fmt: str, out: Path, *extra: str) ->
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not SAMPLE.is_dir():
-        pytest.skip("sample_traces missing")
     out = tmp_path_factory.mktemp("run") / "run"
     shutil.copytree(SAMPLE, out)
     return out

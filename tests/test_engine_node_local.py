@@ -15,13 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 from engine_docs import differences
 
 from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
-ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (make test installs it)")
+ray = needs.module("ray")
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_VAR = "TRACEREAD_TEST_NODE"

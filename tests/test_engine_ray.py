@@ -14,13 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 from engine_docs import differences
 
 from traceread.build.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
-ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (make test installs it)")
+ray = needs.module("ray")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "ddp_straggler_h100"
@@ -46,10 +47,8 @@ def ray_head() -> object:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("jobs")
-    out = {}
-    if SAMPLE.is_dir():
-        out["sample"] = root / "sample"
-        shutil.copytree(SAMPLE, out["sample"])
+    out = {"sample": root / "sample"}
+    shutil.copytree(SAMPLE, out["sample"])
     simulate("tp", root / "tp_dp", ranks=8, tp=4, steps=2, layers=2)  # 2 data-parallel replicas of TP 4
     simulate("pp", root / "pp", ranks=4, microbatches=4, steps=2, layers=2)
     simulate("3d", root / "3d", steps=2)  # DP 2 x TP 4 x PP 2, one TP group across two nodes
@@ -64,8 +63,6 @@ def _doc(path: Path, executor: str) -> dict:
 
 @pytest.mark.parametrize("job", ["sample", "tp_dp", "pp", "3d"])
 def test_ray_document_equals_local(job: str, jobs: dict[str, Path], ray_head: object) -> None:
-    if job not in jobs:
-        pytest.skip("sample_traces missing")
     local, on_ray = _doc(jobs[job], "local"), _doc(jobs[job], "ray")
     assert local["ranks"] and local["collectives"]
     if job == "pp":

@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 from engine_docs import differences
 
 from traceread.build.report import ReportOptions, build_report
 
-pytest.importorskip("s3fs", reason="the [remote] extra is not installed (make test installs it)")
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (make test installs it)")
+needs.module("s3fs")
+moto_server = needs.module("moto.server")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "ddp_straggler_h100"
@@ -31,8 +32,6 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    if not SAMPLE.is_dir():
-        pytest.skip("sample_traces missing")
     import boto3
 
     port = _free_port()

@@ -46,27 +46,19 @@ def names(doc: dict, what: str) -> dict[tuple[int, int], str]:
 
 
 def exported(reports: dict[str, dict], sample: str, out: Path, options: ExportOptions | None = None) -> tuple[dict, dict]:
-    """(report, merged trace) of a sample; skips when the sample is absent."""
-    rep = reports.get(sample)
-    if rep is None:
-        pytest.skip(f"sample {sample} not present")
+    """(report, merged trace) of a sample."""
+    rep = reports[sample]
     export_trace(rep, out, options)
     return rep, load(out)
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, dict]:
-    out = {}
-    for name in MULTI_RANK:
-        if (SAMPLES / name).is_dir():
-            out[name] = build_report([SAMPLES / name], ReportOptions(workers=1))
-    return out
+    return {name: build_report([SAMPLES / name], ReportOptions(workers=1)) for name in MULTI_RANK}
 
 
 @pytest.mark.parametrize("sample", MULTI_RANK)
 def test_every_multi_rank_sample_exports(sample: str, reports: dict[str, dict], tmp_path: Path) -> None:
-    if sample not in reports:
-        pytest.skip(f"sample {sample} not present")
     rep = reports[sample]
     out = tmp_path / "merged.json.gz"
     res = export_trace(rep, out)
@@ -151,13 +143,37 @@ def test_findings_track_marks_the_straggler(reports: dict[str, dict], tmp_path: 
     assert all(round(m["ts"] + m["dur"], 3) in starts for m in late)
 
 
+def test_straggler_marks_are_the_simulated_arrivals(reports: dict[str, dict], tmp_path: Path) -> None:
+    """Against the simulator's schedule (truth.json ``collectives``: each member's arrival): one "late"
+    slice per collective rank 5 joined last, from the previous arrival to its own, and one "waits
+    caused" slice from the first arrival, with every other rank's wait, to the µs."""
+    _, doc = exported(reports, "ddp_straggler_h100", tmp_path / "straggler.json")
+    truth = json.loads((SAMPLES / "ddp_straggler_h100" / "truth.json").read_text())
+    assert set(truth["clock_offsets_us"].values()) == {0.0}  # the truth's clock is the export's clock
+    late_colls = sorted((c for c in truth["collectives"] if c["last_rank"] == 5), key=lambda c: c["arrivals_us"]["5"])
+    assert len(late_colls) == len(truth["collectives"])  # a GPU straggler is last to every all-reduce
+    marks = [e for e in doc["traceEvents"] if e["pid"] == FINDINGS_PID and e["ph"] == "X"
+             and e["args"]["finding_id"] == "straggler"]
+    late = sorted((m for m in marks if "late to" in m["name"]), key=lambda m: m["ts"])
+    caused = sorted((m for m in marks if "wait_ms_by_rank" in m["args"]), key=lambda m: m["ts"])
+    assert len(late) == len(caused) == len(late_colls)
+    for m, w, c in zip(late, caused, late_colls):
+        arr = {int(r): t for r, t in c["arrivals_us"].items()}
+        own = arr.pop(5)
+        assert m["ts"] + m["dur"] == pytest.approx(own, abs=1e-3)
+        assert m["dur"] == pytest.approx(own - max(arr.values()), abs=1e-3)
+        assert w["ts"] == pytest.approx(min(arr.values()), abs=1e-3) and w["ts"] + w["dur"] == pytest.approx(own, abs=1e-3)
+        assert m["args"]["step"] == w["args"]["step"] == c["step"]
+        assert w["args"]["wait_ms_by_rank"] == {r: pytest.approx(us / 1000.0, abs=1e-3)  # ms to 3 decimals
+                                                 for r, us in c["waits_us"].items() if r != "5"}
+
+
 @pytest.mark.parametrize("sample,finding", [("pp_1f1b_h100", "pipeline_bubble"), ("slow_steps_a100", "slow_steps"),
                                             ("cpu_hang_gloo", "hang"), ("h100_ddp_gloo_2proc_1gpu", "host_bound")])
 def test_findings_track_places_other_findings(sample: str, finding: str, reports: dict[str, dict],
                                               tmp_path: Path) -> None:
-    rep = reports.get(sample)
-    if rep is None or not any(f["id"] == finding for f in rep["findings"]):
-        pytest.skip(f"{sample} has no {finding} finding")
+    rep = reports[sample]
+    assert any(f["id"] == finding for f in rep["findings"]), f"{sample} has no {finding} finding"
     out = tmp_path / "m.json"
     export_trace(rep, out)
     marks = [e for e in load(out)["traceEvents"] if e["pid"] == FINDINGS_PID and e["ph"] == "X"]
@@ -209,8 +225,6 @@ def test_selection_parsing() -> None:
 def test_real_8_rank_dlrm_job(shared_traces: Path, tmp_path: Path) -> None:
     """A real recorded 8-rank NCCL job (../shared): valid, one process per rank, findings marked."""
     folder = shared_traces / "param_dlrm_8rank"
-    if not folder.is_dir():
-        pytest.skip("param_dlrm_8rank not in ../shared")
     rep = build_report([folder], ReportOptions(workers=1))
     out = tmp_path / "dlrm.json.gz"
     res = export_trace(rep, out)

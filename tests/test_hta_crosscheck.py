@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import needs
 import polars as pl
 import pytest
 
@@ -46,10 +47,8 @@ class Both:
 
 def load(folder: Path, pick: dict[int, str] | None = None) -> Both:
     """HTA and traceread on the traces of ``folder`` (or only ``pick``: rank -> file name)."""
-    hta = pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsight + psutil) not installed")
+    hta = needs.module("hta.trace_analysis")
     from traceread.engine import jobs as reader
-    if not folder.is_dir():
-        pytest.skip(f"{folder} absent")
     logging.disable(logging.WARNING)  # HTA logs every parse at WARNING level
     try:
         with warnings.catch_warnings():

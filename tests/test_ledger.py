@@ -154,8 +154,6 @@ def test_pipeline_samples_put_the_bubble_first_and_never_as_comm_or_host(samples
 
 def test_identity_on_param_dlrm(shared_traces: Path) -> None:
     folder = shared_traces / "param_dlrm_8rank"
-    if not folder.is_dir():
-        pytest.skip("param_dlrm_8rank is absent")
     report = _check_report(folder)
     assert report["ledger"] is not None and len(report["ranks"]) == 8
 
@@ -170,8 +168,6 @@ def test_sample_job_ledger_matches_its_truth(samples_dir: Path, name: str) -> No
     from collections import defaultdict
 
     truth = json.loads((samples_dir / name / "truth.json").read_text())
-    if "ledger" not in truth:
-        pytest.skip("sample truth has no ledger")
     report = _check_report(samples_dir / name)
     ours, want = report["ledger"], truth["ledger"]
     assert (ours["step"], ours["critical_rank"]) == (want["step"], want["critical_rank"])

@@ -17,7 +17,7 @@ import pytest
 from traceread.analysis.ledger import job as job_ledger
 from traceread.analysis.ledger.rank import USEFUL
 
-#: Scenario -> knobs; scenarios the simulator does not (yet) have are skipped.
+#: Case -> (scenario, knobs): every scenario of the simulator, some with several knob sets.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "ddp": ("ddp", {"ranks": 2, "steps": 3}),
     "ddp_straggler": ("ddp", {"ranks": 4, "steps": 3, "stragglers": [(2, 3000.0, "gpu")]}),
@@ -32,6 +32,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "custom_allreduce": ("custom_allreduce", {}),
     "host_bound": ("host_bound", {}),
 }
+
+
+def test_every_scenario_has_a_case() -> None:
+    from traceread.simulate import SCENARIOS
+
+    assert {scenario for scenario, _ in CASES.values()} == set(SCENARIOS)
 
 
 def _key(category: str, role: str | None) -> str:
@@ -54,18 +60,12 @@ def _close(ours: dict[str, float], want: dict[str, float], where: str) -> None:
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from traceread.simulate import SCENARIOS, simulate
+    from traceread.simulate import simulate
 
     scenario, knobs = CASES[request.param]
-    if scenario not in SCENARIOS:
-        pytest.skip(f"simulator has no scenario {scenario!r}")
     out: Path = tmp_path_factory.mktemp(request.param)
-    try:
-        truth = simulate(scenario, out, **knobs)
-    except ValueError as exc:  # a knob the scenario does not take
-        pytest.skip(f"{scenario}: {exc}")
-    if "ledger" not in truth:
-        pytest.skip("simulator truth has no ledger")
+    truth = simulate(scenario, out, **knobs)
+    assert "ledger" in truth, f"{scenario}: the simulator's truth has no ledger"
     return {"name": request.param, "dir": out, "truth": truth, **_ours(out)}
 
 

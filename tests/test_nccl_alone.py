@@ -8,16 +8,12 @@ The ``Init timings`` lines follow NCCL's own format string (src/init.cc, 2.19+: 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from traceread.analysis.hang.nccl_log import SLOW_INIT_S, parse_nccl_logs
 from traceread.cli import cli
-
-SHARED_LOGS = Path(os.environ.get("TRACEREAD_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "nccl_logs"
 
 
 def init_line(host: str, rank: int, total: float, boot: float, topo: float, conn: float) -> str:
@@ -60,10 +56,8 @@ def test_fast_init_is_not_diagnosed(tmp_path: Path) -> None:
     assert "slow_init" not in {x["id"] for x in parse_nccl_logs([f])["diagnoses"]}
 
 
-def test_real_init_timings_old_format() -> None:
-    log = SHARED_LOGS / "nccl_1412_2node_ib.log"
-    if not log.is_file():
-        pytest.skip("../shared is absent")
+def test_real_init_timings_old_format(shared_dir: Path) -> None:
+    log = shared_dir / "nccl_logs" / "nccl_1412_2node_ib.log"
     s = parse_nccl_logs([log])
     assert s["init_phases"]["2"] == {"kernels": 0.51, "bootstrap": 0.22, "allgathers": 0.01, "topo": 0.28,
                                      "graphs": 0.04, "connections": 0.02, "rest": 0.01}

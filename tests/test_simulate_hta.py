@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import warnings
 
+import needs
 import pytest
 
 from traceread.simulate import simulate
@@ -28,11 +29,8 @@ pytestmark = pytest.mark.slow  # HTA parses with a process pool: ~10 s
 
 def _hta(tmp_path_factory: pytest.TempPathFactory, scenario: str, **knobs):  # type: ignore[no-untyped-def]
     """Simulate ``scenario``, let HTA read the rank files: (truth, temporal breakdown, comm/comp overlap)."""
-    try:
-        from hta.configs.env_options import HTAEnvOptions
-        from hta.trace_analysis import TraceAnalysis
-    except Exception as exc:  # noqa: BLE001 - HTA or one of its undeclared deps (psutil) missing
-        pytest.skip(f"HTA not importable: {exc}")
+    HTAEnvOptions = needs.module("hta.configs.env_options").HTAEnvOptions
+    TraceAnalysis = needs.module("hta.trace_analysis").TraceAnalysis
     out = tmp_path_factory.mktemp("sim")
     truth = simulate(scenario, out, **knobs)
     only = tmp_path_factory.mktemp("hta_traces")
