@@ -284,3 +284,33 @@ def test_sample_traces_match_their_truth(samples_dir: Path) -> None:
         truth = json.loads(path.read_text())
         files = sorted(path.parent.rglob("rank*.pt.trace.json*"))
         compare_to_truth(truth, [reader.read_rank(f, use_cache=False) for f in files])
+
+
+def test_queued_work_ending_a_gap_is_not_host_bound_even_beside_late_work() -> None:
+    """Two activities start when the gap ends: one queued long before (its stream waited on an event),
+    one launched late. The GPU was not starved by the host (work was queued): of the activities
+    ending a gap the earliest-launched decides, so no part of the gap is host-bound."""
+    host = [{"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": float(t), "dur": 1.0} for t in (0, 1, 90)]
+    gpu = [
+        gpu_event("comp", 10, 10, launch_row=0),             # [10,20)
+        gpu_event("comp", 100, 10, stream=9, launch_row=2),  # launched at 90, after the GPU drained at 20
+        gpu_event("comp", 100, 10, launch_row=1),            # queued at 1: waited on a dependency
+    ]
+    out = idle_breakdown(make_rank(gpu, host))
+    assert out is not None
+    assert (out["host_bound_us"], out["kernel_gap_us"], out["other_us"]) == (0.0, 0.0, 80.0)
+    only_late = idle_breakdown(make_rank(gpu[:2], host))  # without the queued one: host-bound until 90
+    assert only_late is not None and (only_late["host_bound_us"], only_late["kernel_gap_us"]) == (70.0, 10.0)
+
+
+def test_per_stream_gap_starts_at_the_latest_end_so_far() -> None:
+    """A stream's activities can overlap in the record (a short one inside a long one: graph replays,
+    timestamp skew); its gap starts where everything before it ended, never inside an activity."""
+    host = [{"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": float(t), "dur": 1.0} for t in (0, 1, 2)]
+    gpu = [gpu_event("comp", 0, 100, launch_row=0), gpu_event("comp", 10, 10, launch_row=1),
+           gpu_event("comp", 130, 10, launch_row=2)]
+    out = idle_breakdown(make_rank(gpu, host))
+    assert out is not None
+    (stream,) = out["streams"]
+    assert stream["idle_us"] == 30.0 == out["idle_us"]  # [100,130), not [20,130)
+    assert (stream["other_us"], stream["kernel_gap_us"]) == (30.0, 0.0)
