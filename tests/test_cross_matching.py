@@ -165,6 +165,17 @@ def test_clock_offsets_estimated_per_host_and_single_clock_untouched() -> None:
     assert c1.method == "single-clock" and set(c1.offsets_us.values()) == {0.0}
 
 
+def test_one_host_with_microsecond_noise_is_one_clock() -> None:
+    """Ranks of one host see a collective end a few µs apart (0, 3, 6, 9 µs here): that is noise, far
+    below the 50 µs any two NTP-synchronised hosts differ by. One clock, offsets exactly zero."""
+    rows = ddp_rows(4, 4, 1, 200.0)
+    for row in rows:
+        row["end"] = float(row["end"]) + 3.0 * int(row["rank"])  # type: ignore[arg-type]
+    c = estimate_offsets(match_collectives(frame(rows)))
+    assert c.method == "single-clock" and c.offsets_us == {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}
+    assert len(set(c.hosts.values())) == 1
+
+
 def test_every_rank_its_own_clock() -> None:
     """Offsets clearly apart (0, 1, 2, 3 ms) and no host names: each rank gets its own clock and the
     corrected arrivals put the 200 µs-late rank 1 back as the only late one."""
@@ -323,3 +334,54 @@ def test_summary_size_does_not_grow_with_the_world(tmp_path) -> None:
         _, data = summarise(RankTask(tmp_path / str(world) / "rank1.pt.trace.json.gz", use_cache=False))
         sizes[world] = len(data)
     assert abs(sizes[64] - sizes[8]) < 64, sizes
+
+
+def test_message_size_is_nccl_tests_s() -> None:
+    """nccl-tests' S: the gathered output for all-gather, the input for reduce-scatter and all-reduce
+    (bus bandwidth is computed from it: a shard-sized S would be off by the group size)."""
+    rows = [ev(r, 100.0, 300.0, op="allgather", kernel="ncclDevKernel_AllGather_RING_LL", seq=1,
+               in_nelems=1 << 20, out_nelems=4 << 20, dtype="BFloat16", group_size=4) for r in range(4)]
+    rows += [ev(r, 400.0, 600.0, op="reducescatter", kernel="ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+                seq=2, in_nelems=4 << 20, out_nelems=1 << 20, dtype="BFloat16", group_size=4) for r in range(4)]
+    m = match_collectives(frame(rows))
+    assert dict(zip(m.instances["op"], m.instances["bytes"])) == {"allgather": 8 << 20, "reducescatter": 8 << 20}
+
+
+def test_a_rank_without_a_trace_is_missing_from_its_groups_collectives() -> None:
+    """The group has 4 members (torch records the size) but rank 3 left no trace and the rank list was
+    not recorded: every instance lacks a rank, and the matching says so."""
+    rows = [r for r in ddp_rows(4, 2, 1, 0.0) if r["rank"] != 3]
+    for r in rows:
+        r["pg_ranks"] = None
+    m = match_collectives(frame(rows))
+    assert m.instances.height == 4
+    assert m.instances["expected"].to_list() == [4] * 4 and not m.instances["complete"].any()
+    assert any("lack ranks" in x for x in m.mismatches)
+
+
+def test_clock_uncertainty_covers_the_noise_of_collective_ends() -> None:
+    """Two hosts 5 ms apart; each collective's ends scatter by ±25 µs on every rank (busy hosts stamp
+    late). The uncertainty must cover that scatter, so no wait below it is blamed, and stay under the
+    200 µs that one rank really arrived late."""
+    rows = ddp_rows(4, 6, 1, 200.0, skew={2: 5_000.0, 3: 5_000.0})
+    for i, row in enumerate(rows):
+        row["end"] = float(row["end"]) + (25.0 if (i // 4 + int(row["rank"])) % 2 else -25.0)  # type: ignore[arg-type]
+    c = estimate_offsets(match_collectives(frame(rows)))
+    assert c.method == "estimated" and c.offsets_us[2] == pytest.approx(5_000.0, abs=25.0)
+    assert 25.0 <= c.epsilon_us < 200.0
+
+
+def test_broadcasts_and_transfers_do_not_move_clocks() -> None:
+    """One host. A broadcast's root is done as soon as it has sent (here 300 µs before the receivers),
+    and so is a send before its recv: only collectives that end together on every member (all-reduce,
+    all-gather, ...) may estimate offsets. Many broadcasts, few all-reduces: still one clock."""
+    rows = ddp_rows(4, 2, 1, 0.0)
+    for k in range(12):
+        t = 50_000.0 + 1_000.0 * k
+        rows += [ev(r, t, t + (100.0 if r == 0 else 400.0), op="broadcast", kernel="ncclDevKernel_Broadcast_RING_LL",
+                    seq=100 + k, group_size=4) for r in range(4)]
+        rows += [ev(0, t + 500.0, t + 600.0, op="send", p2p=True, kernel="ncclDevKernel_SendRecv", src_rank=0,
+                    dst_rank=1, seq=None), ev(1, t + 500.0, t + 900.0, op="recv", p2p=True,
+                                              kernel="ncclDevKernel_SendRecv", src_rank=0, dst_rank=1, seq=None)]
+    c = estimate_offsets(match_collectives(frame(rows)))
+    assert c.method == "single-clock" and set(c.offsets_us.values()) == {0.0}

@@ -56,11 +56,12 @@ def solve(P: int, M: int, schedule: str, f: float, b: float, factors: list[float
 
 
 def build(P: int, M: int, schedule: str, steps: int = 2, f: float = 100.0, b: float = 200.0,
-          factors: list[float] | None = None, dp: int = 1):
+          factors: list[float] | None = None, dp: int = 1, stage_ranks: list[int] | None = None):
+    """``stage_ranks[i]``: the rank that runs stage i (default: rank i)."""
     rows, act = [], {}
     start, end, issue, T = solve(P, M, schedule, f, b, factors)
     for rep in range(dp):
-        ranks = [rep * P + i for i in range(P)]
+        ranks = [rep * P + (stage_ranks[i] if stage_ranks else i) for i in range(P)]
         for s in range(steps):
             t0 = s * (T + 50.0)
             for i, r in enumerate(ranks):
@@ -71,7 +72,8 @@ def build(P: int, M: int, schedule: str, steps: int = 2, f: float = 100.0, b: fl
                 act[r] = pl.concat([act[r], pl.DataFrame(a, schema=ACTIVITY_SCHEMA)]) if r in act else \
                     pl.DataFrame(a, schema=ACTIVITY_SCHEMA)
 
-            def p2p(rank: int, op: str, src: int, dst: int, launch: float, ts: float, e: float) -> None:
+            def p2p(rank: int, op: str, src: int, dst: int, launch: float, ts: float, e: float,
+                    t0: float = t0, s: int = s) -> None:
                 rows.append(dict(rank=rank, backend="nccl", stream=21, kernel="ncclDevKernel_SendRecv", op=op,
                                  p2p=True, pg="0", pg_desc="default_pg", pg_ranks=None, group_size=P * dp,
                                  dtype="BFloat16", in_nelems=1000, out_nelems=1000, seq=None, comms_id=None,
@@ -142,13 +144,13 @@ def test_interleaved_ring_gives_virtual_stages() -> None:
                              launch_ts=t, step=0))
         t += 10.0
 
-    for j in range(M):
+    for _ in range(M):
         for c in range(v):
             for i in range(P - 1):
                 xfer(i, i + 1)
             if c < v - 1:
                 xfer(P - 1, 0)
-    for j in range(M):
+    for _ in range(M):
         for c in range(v):
             for i in range(P - 1, 0, -1):
                 xfer(i, i - 1)
@@ -179,3 +181,60 @@ def test_even_ring_is_not_a_pipeline() -> None:
     m = match_collectives(pl.DataFrame(rows, schema=EXTRACT_SCHEMA))
     assert pipeline_chains(m) == ([], False)
     assert detect_pipeline(m) is None
+
+
+def test_stage_zero_is_the_chain_end_that_sends_first() -> None:
+    """Stages need not follow rank order (a launcher's rank map, a reversed pipeline): rank 3 runs
+    stage 0 here. Stage 0 is the chain end that launches the first send, never the lowest rank."""
+    ex, act = build(4, 4, "1f1b", stage_ranks=[3, 1, 2, 0])
+    m = match_collectives(ex)
+    assert pipeline_chains(m) == ([[3, 1, 2, 0]], False)
+    pp = detect_pipeline(m, act)
+    assert pp is not None and [(s["stage"], s["rank"]) for s in pp["per_stage"]] == [(0, 3), (1, 1), (2, 2), (3, 0)]
+    assert (pp["microbatches"], pp["schedule"]) == (4, "1f1b")
+
+
+def test_p2p_wait_and_idle_split_the_bubble() -> None:
+    """GPipe, 2 stages, 2 microbatches: stage 1 waits 100 µs (stage 0's first forward) for its first
+    activation, and that wait is a recv kernel on its GPU. Its bubble is the step minus its compute;
+    the recv part of it is p2p wait, the rest idle — each counted once."""
+    P, M, f, b = 2, 2, 100.0, 200.0
+    ex, act = build(P, M, "gpipe", f=f, b=b)
+    T = solve(P, M, "gpipe", f, b)[3]
+    windows = act[1].filter(pl.col("kind") == "window")
+    recv = windows.with_columns(pl.lit("p2p").alias("kind"), (pl.col("start") + f).alias("end"))
+    act[1] = pl.concat([act[1], recv])
+    pp = detect_pipeline(match_collectives(ex), act)
+    assert pp is not None
+    stage1 = next(s for s in pp["per_stage"] if s["stage"] == 1)
+    assert stage1["compute_us"] == M * (f + b)
+    assert stage1["p2p_wait_us"] == f
+    assert stage1["idle_us"] == T - M * (f + b) - f
+    assert stage1["bubble_pct"] == pytest.approx(100.0 * (T - M * (f + b)) / T)
+
+
+def test_simulated_pipeline_bubble_is_the_schedules_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A simulated 1F1B job (4 stages, 4 microbatches, with its optimizer step after the schedule):
+    per stage and step, bubble = span − the stage's forward/backward kernel time, the span running from
+    the first forward kernel to the last backward kernel (the optimizer is not part of the schedule),
+    against the simulator's exact nanoseconds (truth.json ``pipeline.exact``)."""
+    from traceread.analysis.comm.collectives import comm_events
+    from traceread.analysis.comm.pipeline import stage_activity
+    from traceread.analysis.time.steps import device_steps
+    from traceread.engine.jobs import read_traces
+    from traceread.simulate import simulate
+
+    truth = simulate("pp", tmp_path, ranks=4, microbatches=4, steps=2, layers=1, hidden=1024, seq_len=512)
+    assert truth["knobs"]["optimizer"] is True
+    ts = read_traces([tmp_path], use_cache=False, workers=1)
+    sw = {rt.rank: device_steps(rt) for rt in ts.ranks}
+    m = match_collectives([comm_events(rt, sw[rt.rank].table) for rt in ts.ranks])
+    pp = detect_pipeline(m, {rt.rank: stage_activity(rt, sw[rt.rank]) for rt in ts.ranks})
+    assert pp is not None and (pp["stages"], pp["microbatches"], pp["schedule"]) == (4, 4, "1f1b")
+    exact = truth["pipeline"]["exact"]
+    for st in pp["per_stage"]:
+        k = st["stage"]
+        want = [100.0 * (e["span_ns"] - e["busy_ns"][k]) / e["span_ns"] for e in exact]
+        assert st["bubble_pct"] == pytest.approx(sum(want) / len(want), abs=1e-4), k
+        assert st["compute_us"] == pytest.approx(sum(e["busy_ns"][k] for e in exact) / len(exact) / 1000.0, abs=1e-3)
+    assert pp["bubble_pct"] == pytest.approx(truth["pipeline"]["bubble_pct"], abs=1e-4)
