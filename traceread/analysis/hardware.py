@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, published as tomli before it joined the standard library
+    import tomli as tomllib
 
 from traceread.errors import TraceReadError
 
@@ -347,8 +351,7 @@ def _by_sms(num_sms: int, mem: float | None, table: dict[str, DeviceSpec]) -> tu
     if mem is not None and len(cands) > 1:
         # Nominal capacities are GB; totalGlobalMem is a little under them (GiB vs GB, reserved).
         # The closest nominal capacity wins (within 25 %).
-        ratios = {k: abs(mem / table[k].memory_bytes - 1.0) for k in cands  # type: ignore[operator]
-                  if table[k].memory_bytes}
+        ratios = {k: abs(mem / capacity - 1.0) for k in cands if (capacity := table[k].memory_bytes)}
         fits = sorted((r, k) for k, r in ratios.items() if r <= 0.25)
         if fits:
             best = fits[0][0]
@@ -526,7 +529,11 @@ def _build_user_spec(entry: dict[str, Any], fallback: DeviceSpec | None, path: P
     peaks = dict(base.peak_flops) if base else {}
     peaks.update({k: float(v) * T for k, v in entry.get("peak_tflops", {}).items()})
     hbm = entry.get("hbm_gbps")
-    if hbm is None and base is None:
+    if hbm is not None:
+        hbm_bytes_per_s = float(hbm) * G
+    elif base is not None:
+        hbm_bytes_per_s = base.hbm_bytes_per_s
+    else:
         raise TraceReadError(f"device {entry['name']!r} needs hbm_gbps (or a base)", str(path) if path else None)
     if not peaks:
         raise TraceReadError(f"device {entry['name']!r} needs peak_tflops (or a base)", str(path) if path else None)
@@ -536,7 +543,7 @@ def _build_user_spec(entry: dict[str, Any], fallback: DeviceSpec | None, path: P
         variant=str(entry.get("variant", entry.get("name"))),
         num_sms=int(entry["num_sms"]) if entry.get("num_sms") else (base.num_sms if base else None),
         peak_flops=peaks,
-        hbm_bytes_per_s=float(hbm) * G if hbm is not None else base.hbm_bytes_per_s,  # type: ignore[union-attr]
+        hbm_bytes_per_s=hbm_bytes_per_s,
         vector_flops=float(vec) * T if vec is not None else (base.vector_flops if base else peaks.get("fp32")),
         vendor=str(entry.get("vendor", base.vendor if base else "other")),
         link=entry.get("link", base.link if base else None),

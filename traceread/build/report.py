@@ -102,10 +102,10 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
-            return hit  # type: ignore[return-value]
+            return hit
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
-        caches.store_document(root, key, report)  # type: ignore[arg-type]
+        caches.store_document(root, key, report)
     return report
 
 
@@ -117,6 +117,7 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 
     files, notes = find_on_nodes([str(p) for p in paths], opts.ray_address)
     run_json = [Path(p) / "run.json" for p in paths if (Path(p) / "run.json").is_file()]
+    # NodeFiles ride in Found.files as RemoteFiles do: the engine passes them through unopened
     return Found(files=files, run_json=run_json, notes=notes)  # type: ignore[arg-type]
 
 
@@ -170,7 +171,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)
-    ranks: list[RankEntry] = [s.entry for s in summaries]  # type: ignore[misc]
+    ranks: list[RankEntry] = [s.entry for s in summaries]
     hosts, recorded = crossrank.run_hosts(run_info, warnings)
     for e in ranks:
         e["host"] = hosts.get(e["rank"])
@@ -202,7 +203,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         crossrank.formula_mfu(report, opts, warnings)
 
     if chosen is not None:
-        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
+        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
     from traceread.build.findings.assemble import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

@@ -60,6 +60,8 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
     from traceread.read.cycles import CycleChoiceError
     from traceread.render.json_report import _jsonable
 
+    ca: str | None
+    cb: str | None
     if cycles:
         parts = [c.strip() for c in cycles.split(",")]
         if b is not None or len(parts) != 2 or not all(parts):
@@ -81,7 +83,7 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
         click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
-    d = diff_reports(ra, rb, top=top)  # type: ignore[arg-type]
+    d = diff_reports(ra, rb, top=top)
     text = (orjson.dumps(_jsonable(d), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
             if fmt == "json" else render_diff(d))
     if output:

@@ -11,7 +11,7 @@ from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadE
 from traceread.textsafe import clean
 
 
-def _text(diag) -> str:  # type: ignore[no-untyped-def]
+def _text(diag) -> str:
     from traceread.textsafe import clean_data
 
     e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives

@@ -38,9 +38,12 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 #: Bump when the layout of a summary or document entry changes.
 FORMAT = "traceread.cache/2"
@@ -378,14 +381,14 @@ def _document_file(root: Path, key: dict[str, Any]) -> Path:
     return root / DOCUMENT_FOLDER / f"{slot('document', key['paths'], key['options'])}.msgpack"
 
 
-def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+def load_document(root: Path, key: dict[str, Any]) -> Report | None:
     doc = _read_entry(_document_file(root, key))
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
         return None
     return doc["report"]
 
 
-def store_document(root: Path, key: dict[str, Any], report: dict[str, Any]) -> bool:
+def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
         data = _ENCODER.encode({"key": key, "report": report})
     except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached

@@ -17,7 +17,7 @@ import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -26,6 +26,9 @@ from traceread.errors import TraceFileError
 from traceread.export.marks import FindingMarks
 from traceread.export.rank_events import RankEvents, metadata_events, rank_events, rank_pid
 from traceread.export.selection import rank_window
+
+if TYPE_CHECKING:
+    from traceread.report_schema import RankEntry, Report
 
 
 @dataclass
@@ -77,13 +80,13 @@ class _CountingWriter:
         return self.path.stat().st_size
 
 
-def process_name(entry: dict[str, Any]) -> str:
+def process_name(entry: RankEntry) -> str:
     """``rank N (host, device)`` — the parts that are unknown are left out."""
     parts = [str(x) for x in (entry.get("host"), entry.get("device")) if x]
     return f"rank {entry['rank']}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def export_trace(report: dict[str, Any], out: str | Path, options: ExportOptions | None = None,
+def export_trace(report: Report, out: str | Path, options: ExportOptions | None = None,
                  progress: Callable[[str], None] | None = None) -> ExportResult:
     """Write the merged trace of the ranks in ``report`` to ``out`` (see the module docstring)."""
     from traceread.engine.jobs import read_rank

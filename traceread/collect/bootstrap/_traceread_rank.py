@@ -37,7 +37,10 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
 DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
@@ -364,7 +367,8 @@ def _format_other_threads() -> str:
         if ident == me:
             continue
         out.append(f"Thread 0x{ident:016x} (most recent call first):\n")
-        frame, depth = frames[ident], 0
+        frame: FrameType | None = frames[ident]
+        depth = 0
         while frame is not None and depth < 100:
             out.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno} in {frame.f_code.co_name}\n')
             frame, depth = frame.f_back, depth + 1
@@ -635,7 +639,7 @@ def _clock_sync(state: _State, addr: str, port: int, rank: int, world: int, roun
                     answered += 1
                 except Exception as exc:
                     _log(state, f"clock sync: rank {r} did not ping ({exc!r}); skipped")
-            result = {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0, "answered": answered}
+            result: dict[str, Any] = {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0, "answered": answered}
         else:
             best: tuple[int, int] | None = None
             for i in range(rounds):
