@@ -36,7 +36,7 @@ def guarded(name: str, warnings: list[str], fn: Callable[[], Any], default: Any 
     of the document empty and says why, and the report goes on."""
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - the report must survive any single analysis
+    except Exception as exc:  # the report must survive any single analysis
         where = traceback.extract_tb(exc.__traceback__)[-1]
         warnings.append(f"{name} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
                         f"({Path(where.filename).name}:{where.lineno})")

@@ -217,7 +217,8 @@ class Report(TypedDict, total=False):
     ledger: Ledger | None  # None without GPU steps (CPU-only traces)
     coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
-    kernels: list[dict[str, Any]]  # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
+    # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
+    kernels: list[dict[str, Any]]
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
     straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
     nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses

@@ -172,7 +172,8 @@ def _ops_and_device(rt: RankTrace, spec_file: Path | None,
     return ops, spec, (match.reason if match is not None else None)
 
 
-def _roofline(rt: RankTrace, ops: pl.DataFrame | None, spec: DeviceSpec | None, reason: str | None, warnings: list[str]) -> dict[str, Any] | None:
+def _roofline(rt: RankTrace, ops: pl.DataFrame | None, spec: DeviceSpec | None, reason: str | None,
+              warnings: list[str]) -> dict[str, Any] | None:
     """Roofline of one rank's operators (analysis.roofline) with the field names the renderers read."""
     from traceread.analysis.compute import roofline as rf
 

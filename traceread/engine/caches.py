@@ -114,7 +114,7 @@ def _read_entry(path: Path) -> Any:
     """Decode one msgpack entry file (data only; any trouble is None)."""
     try:
         return msgspec.msgpack.decode(path.read_bytes())
-    except Exception:  # noqa: BLE001 - a corrupt or foreign entry is a miss
+    except Exception:  # a corrupt or foreign entry is a miss
         return None
 
 
@@ -129,7 +129,7 @@ def _write_atomic(dest: Path, data: bytes) -> bool:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -193,7 +193,7 @@ def load_tables(f: Any, root: Path) -> Any:
                 return None
             tables[name] = df
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
-    except Exception:  # noqa: BLE001 - a broken cache entry is a miss, never an error
+    except Exception:  # a broken cache entry is a miss, never an error
         return None
 
 
@@ -202,7 +202,7 @@ def in_parse_cache(f: Any, root: Path) -> bool:
     try:
         info = msgspec.json.decode((entry_dir(root, f) / "meta.json").read_bytes())
         return bool(info.get("key") == parse_key(f))
-    except Exception:  # noqa: BLE001 - any doubt: not cached
+    except Exception:  # any doubt: not cached
         return False
 
 
@@ -229,7 +229,7 @@ def store_tables(rt: Any, f: Any, root: Path, key: dict[str, Any] | None = None)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -267,7 +267,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
         return None
     try:
         return decode_summary(doc["summary"], cls)
-    except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
+    except Exception:  # a well-formed but wrong entry is a miss too
         return None
 
 
@@ -391,6 +391,6 @@ def load_document(root: Path, key: dict[str, Any]) -> Report | None:
 def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
         data = _ENCODER.encode({"key": key, "report": report})
-    except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached
+    except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)

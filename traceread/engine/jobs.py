@@ -85,7 +85,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
     rank = rank_from_name(str(path))
-    return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
+    said = f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
+    return ReadFailure(file=str(path), reason=reason, rank=rank), said
 
 
 def _load_run_info(path: Path, warnings: list[str]) -> dict | None:

@@ -236,7 +236,8 @@ class FindingMarks:
         missing = [int(r) for r in h.get("missing_ranks") or [] if int(r) in self.last_end]
         end = max(self.last_end.values())
         start = min((self.last_end[r] for r in missing), default=end)
-        what = f"{h.get('op')} #{h.get('seq')} on pg {h.get('pg')}: rank(s) {', '.join(map(str, h.get('missing_ranks') or []))} never joined"
+        absent = ", ".join(map(str, h.get("missing_ranks") or []))
+        what = f"{h.get('op')} #{h.get('seq')} on pg {h.get('pg')}: rank(s) {absent} never joined"
         self._slice(f"#{num} hang", start, end, num, f, what, missing[0] if missing else None, end - start,
                     missing_ranks=h.get("missing_ranks"), waiting_ranks=h.get("waiting_ranks"))
 

@@ -57,7 +57,7 @@ class _CountingWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._raw = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._raw = open(path, "wb")  # closed in close()
         self._out: io.BufferedIOBase | gzip.GzipFile = (
             gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6) if path.name.endswith(".gz") else self._raw)
         self._first = True
@@ -118,7 +118,7 @@ def export_trace(report: Report, out: str | Path, options: ExportOptions | None 
             if marks.wants_tables(rank, is_out):
                 try:
                     marks.observe(rt, rank, is_out)
-                except Exception as exc:  # noqa: BLE001 - a finding's marks must not stop the export
+                except Exception as exc:  # a finding's marks must not stop the export
                     warnings.append(f"rank {rank}: findings marks skipped: {type(exc).__name__}: {exc}")
             if not is_out:
                 continue
@@ -138,7 +138,7 @@ def export_trace(report: Report, out: str | Path, options: ExportOptions | None 
         try:
             total += w.events(marks.events())
             n_marks = len(marks.slices)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             warnings.append(f"findings track incomplete: {type(exc).__name__}: {exc}")
             n_marks = 0
         other = {

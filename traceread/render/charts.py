@@ -36,7 +36,8 @@ def short(text: Any, n: int = 60) -> str:
 
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
     base = {"title": {"text": title, "x": 0.0}, "margin": {"l": 70, "r": 20, "t": 40, "b": 50},
-            "height": 360, "legend": {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}, "template": None,
+            "height": 360, "template": None,
+            "legend": {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
             "font": {"family": "system-ui, sans-serif", "size": 12}}
     base.update(kw)
     return base
@@ -272,8 +273,9 @@ def roofline_figure(report: Report) -> tuple[Figure | None, str | None]:
                      "y": [o["achieved_tflops"] for o in sel], "text": [short(o["name"]) for o in sel],
                      "marker": {"color": color, "size": [8 + 22 * (float(o.get("time_us") or 0) / tmax) ** 0.5 for o in sel]},
                      "hovertemplate": "%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>"})
-    return {"data": data, "layout": _layout(f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}",
-                                            height=420, xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+    title = f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}"
+    return {"data": data, "layout": _layout(title, height=420,
+                                            xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
                                             yaxis={"type": "log", "title": {"text": "TFLOP/s"}})}, None
 
 
@@ -348,7 +350,7 @@ def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
     if not led:
         return None, "No step ledger: the traces have no GPU steps (CPU-only or empty traces)."
     crit = led.get("critical_rank")
-    cols = [("job (critical r%s)" % crit, by_category(led.get("parts") or []))]
+    cols = [(f"job (critical r{crit})", by_category(led.get("parts") or []))]
     ranks = [r for r in pick_lanes(report) if r.get("ledger")]
     cols += [(f"r{r['rank']}", by_category(r["ledger"]["parts"])) for r in ranks]
     x = [c for c, _ in cols]

@@ -88,7 +88,8 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)  # no bytecode cache: jinja2 unpickles it (runs code)
     env.filters.update(ms=_undef_none(ms), pct=_undef_none(pct), nbytes=_undef_none(nbytes))
-    env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list, fmt_num=_undef_none(_fmt_num))
+    env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list,
+                       fmt_num=_undef_none(_fmt_num))
     return env
 
 
@@ -162,7 +163,8 @@ def _timeline_text(report: Report) -> str:
     tl = report.get("step_timeline") or {}
     clock = (report.get("source") or {}).get("clock") or {}
     eps = clock.get("epsilon_us")
-    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if eps is not None and clock.get("method") not in (None, "none")
+    aligned = eps is not None and clock.get("method") not in (None, "none")
+    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if aligned
             else "Each rank is on its own trace clock (no clock alignment was possible)")
     return (f"The median and the slowest step as they really ran: one lane per GPU stream of each rank, and a "
             f"\"GPU\" lane with the gaps where nothing ran (yellow: the host launched the next work late). {sync}. "

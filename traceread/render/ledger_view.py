@@ -8,7 +8,6 @@ rank and the slowest others, plus a bar of all ranks' mean share, and say so.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from traceread.fmt import ms
 from traceread.report_schema import LEDGER_CATEGORIES, LedgerPart, Report

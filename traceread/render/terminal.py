@@ -128,8 +128,8 @@ def _other_lines(report: Report, top: int) -> list[str]:
             f"step {s['step']} +{ms(s.get('excess_us'))} ({s.get('cause')})" for s in ss[:top]))
     h = report.get("hang")
     if h:
-        lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: waiting {rank_list(h.get('waiting_ranks') or [])}, "
-                     f"missing {rank_list(h.get('missing_ranks') or [])}")
+        lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: "
+                     f"waiting {rank_list(h.get('waiting_ranks') or [])}, missing {rank_list(h.get('missing_ranks') or [])}")
         for r, loc in list((h.get("stacks") or {}).items())[:top]:
             lines.append(f"  rank {r}: {loc}")
     return lines

@@ -148,7 +148,8 @@ def p2p(ctx: RankCtx, pg: ProcessGroup, kind: str, peer: int, nelems: int, tag: 
 def _launch(ctx: RankCtx, op_name: str, pg: ProcessGroup, info: CommInfo, spec: KernelSpec, waits: list[GpuOp],
             phase: str, dims: list[list[int]]) -> GpuOp:
     args = comm_args(info, ctx.rank)
-    with ctx.op(op_name, dims=dims + [[], []], types=["c10::BFloat16"] * len(dims) + ["ScalarList", "Int"], pre=6_000, post=4_000):
+    types = ["c10::BFloat16"] * len(dims) + ["ScalarList", "Int"]
+    with ctx.op(op_name, dims=dims + [[], []], types=types, pre=6_000, post=4_000):
         if waits:
             ctx.runtime("cudaEventRecord", 135, 1_500)
             ctx.runtime("cudaStreamWaitEvent", 147, 1_500)

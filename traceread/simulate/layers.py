@@ -333,7 +333,6 @@ class Emitter:
 
     def add_backward(self, m: int, c: int, *, seq: int, phase: str = "bwd") -> GpuOp:
         """Residual-gradient accumulation (``AddBackward0`` then an in-place add of the two branches)."""
-        ctx = self.ctx
         with self._bwd_node("AddBackward0", seq):
             pass
         return self.add_(m, c, phase=phase)

@@ -353,7 +353,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
         for pg, pg_ranks, size, desc, seen in missing.iter_rows():  # groups no pg_config listed
             members = expand_ranks(pg_ranks) or list(seen)
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
-    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].unique().to_list()) if ev.height else set()))
+    traced = set(ev["rank"].unique().to_list()) if ev.height else set()
+    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | traced)
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
     usages = _usages(ev, windows or {}, compute or {}) if ev.height else {}
     pp_stages = 0
@@ -362,7 +363,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
         named = role_from_desc(g.desc)
         role, why = role_from_usage(usage)
         if named:
-            g.role, g.evidence = named, f"description '{g.desc}'" + (f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else "")
+            runs = f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else ""
+            g.role, g.evidence = named, f"description '{g.desc}'{runs}"
         elif g.size <= 1:
             g.role, g.evidence = "other", "a single rank: nothing to communicate"
         else:

@@ -43,7 +43,8 @@ MERGE_GAP_US = 2.0
 MAX_ROWS_PER_STEP = 250
 MIDDLE_STEPS = 3
 MAX_LANES = 12
-SCHEMA: dict[str, PolarsDataType] = {"step": pl.Int64, "stream": pl.Int64, "start": pl.Float64, "end": pl.Float64, "kind": pl.Utf8, "pg": pl.Utf8}
+SCHEMA: dict[str, PolarsDataType] = {"step": pl.Int64, "stream": pl.Int64, "start": pl.Float64, "end": pl.Float64,
+                                     "kind": pl.Utf8, "pg": pl.Utf8}
 IDLE_STREAM = -1
 
 
@@ -226,7 +227,8 @@ def _critical_path(rows: pl.DataFrame) -> list[dict[str, Any]]:
 def job_timeline(per_rank: dict[int, pl.DataFrame], report: Report, limit: int = MAX_LANES) -> dict[str, Any] | None:
     """The report's ``step_timeline`` extra (module docstring), or None without intervals.
 
-    ``{"steps": [{"label", "step", "duration_us" (span drawn), "step_us" (job step time), "critical": [{"rank", "stream", "t", "pg"}]}],
+    ``{"steps": [{"label", "step", "duration_us" (span drawn), "step_us" (job step time),
+    "critical": [{"rank", "stream", "t", "pg"}]}],
     "ranks": [...], "note": str | None, "clock": method, "rows": {"step", "rank", "stream", "start",
     "end", "kind", "pg", "category"}}`` with times in µs from the step's first start on the
     report's clock."""

@@ -147,7 +147,8 @@ def exposed_comm(report: Report) -> list[Finding]:
     assert worst is not None  # some rank has a value (above)
     top = _top_collective(report)
     where = f"; most of it in {_coll_label(top)}" if top else ""
-    title = f"Exposed communication: {ms(impact)} per step with no compute to hide it (worst: rank {worst['rank']}, {ms(worst_v)}){where}"
+    title = (f"Exposed communication: {ms(impact)} per step with no compute to hide it "
+             f"(worst: rank {worst['rank']}, {ms(worst_v)}){where}")
     step = median_step_us(report)
     ev = [f"rank {r['rank']}: {ms(v)} exposed of {ms(per_step(r, 'comm_us'))} communication per step, "
           f"overlap {pct(r.get('comm_overlap_pct'), 0)}" for r, v in sorted(vals, key=lambda rv: -rv[1])[:4]]
@@ -339,7 +340,7 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     if report.get("ledger"):
         try:
             found = hang(report) + ledger_findings(report)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if warn:
                 warn(f"ledger findings skipped: {type(exc).__name__}: {exc}")
             found = _legacy_findings(report, warn)

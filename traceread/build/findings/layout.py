@@ -4,9 +4,9 @@
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
   ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
   the *cause* of that share (computed here on the critical rank's own; the ledger findings then
-  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it replaces the generic exposed-TP-communication finding rather
-  than adding to it; the predicted saving (:func:`traceread.build.explain.advice`) is the share
-  times (1 − measured busbw ÷ NVLink peak).
+  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it
+  replaces the generic exposed-TP-communication finding rather than adding to it; the predicted
+  saving (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink peak).
 """
 
 from __future__ import annotations
