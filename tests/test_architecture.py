@@ -18,7 +18,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "traceread"
 
-LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt")
+LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt", "devices")
 #: stage -> its rank on the path; a module may import its own stage, a lower one, or a leaf.
 STAGES = {"read": 1, "engine": 2, "analysis": 3, "build": 4, "compare": 5, "render": 6, "export": 6,
           "commands": 7, "cli": 8}

@@ -45,6 +45,5 @@ def guarded(name: str, warnings: list[str], fn: Callable[[], Any], default: Any 
 
 # Exit codes shared by every subcommand (documented in the README).
 EXIT_OK = 0
-EXIT_FINDINGS = 0  # findings are not an error; use --fail-on to change (report command)
 EXIT_BAD_INPUT = 2  # unreadable / inconsistent input
 EXIT_NO_TRACES = 3  # nothing usable was found

@@ -27,8 +27,8 @@ from traceread.options import KERNELS_PER_RANK
 from traceread.report_schema import RankEntry, StepEntry
 
 if TYPE_CHECKING:  # the analyses load when a rank is summarised, not when this module is imported
-    from traceread.analysis.hardware import DeviceSpec
     from traceread.analysis.time.steps import StepWindows
+    from traceread.devices import DeviceSpec
 
 
 @dataclass

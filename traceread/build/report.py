@@ -15,13 +15,13 @@ is an error (:class:`NothingUsableError`, exit code 3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
+from traceread.read.jsonfile import load_json_object
 from traceread.report_schema import SCHEMA_ID, RankEntry, Report
 
 __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
@@ -72,15 +72,6 @@ def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]
         elif q is not None and q.suffix in LOG_SUFFIXES and q.is_file():
             out.append(q)
     return out
-
-
-def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{path}: cannot read ({str(exc).splitlines()[0]})")
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
@@ -135,7 +126,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     for m in found.missing:
         warnings.append(f"{m}: no such file or folder")
     warnings.extend(found.notes)
-    run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
+    run_info = load_json_object(found.run_json[0], warnings) if found.run_json else None
     nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
     found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
     nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from traceread.read.jsonfile import load_json_object
+
 RUN_JSON_VERSION = 1
 
 # Clock model recorded with every run (see docs/collect.md, "Clocks").
@@ -32,12 +34,7 @@ def iso(ns: int) -> str:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None when missing/partial (a rank may die mid-write)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        return doc if isinstance(doc, dict) else None
-    except (OSError, ValueError):
-        return None
+    return load_json_object(path, None)
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ import click
 
 from traceread.commands.fail import fail
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.options import EXECUTORS
 from traceread.textsafe import clean
 
 FORMATS = ("rich", "html", "text", "json")
@@ -94,7 +95,7 @@ def _unwritable(path: Path, exc: OSError) -> click.ClickException:
                    "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
                    "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
 @click.option("--ray-address", metavar="ADDR", default=None,
               help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")

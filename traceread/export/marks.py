@@ -40,7 +40,6 @@ FINDINGS_PID = 100_000
 MAX_GAPS_PER_RANK = 200
 MAX_LATE_PER_STRAGGLER = 2000
 MIN_GAP_US = 5.0
-PLACED = ("straggler", "pipeline_bubble", "host_bound", "slow_steps", "hang")
 
 _encode = __import__("msgspec").json.Encoder().encode
 

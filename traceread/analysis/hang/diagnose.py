@@ -43,6 +43,7 @@ from traceread.analysis.hang.stack_dumps import (
     stuck_frame,
 )
 from traceread.errors import TraceReadError
+from traceread.read.jsonfile import load_json_object
 from traceread.report_schema import HangEntry
 
 _OPTYPE = {
@@ -103,14 +104,6 @@ def _host_dirs(run: Path) -> list[Path]:
     return dirs
 
 
-def _read_json(path: Path, problems: list[str]) -> Any:
-    try:
-        return json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable JSON ({exc.__class__.__name__})")
-        return None
-
-
 def _rank_of(path: Path) -> int | None:
     m = re.search(r"(\d+)(?:\.\w+)*$", path.name)
     return int(m.group(1)) if m else None
@@ -134,18 +127,18 @@ def load_sources(run_dir: str | Path) -> HangSources:
             src.stacks.setdefault(r, st)
         if (d / "errors").is_dir():
             for f in sorted((d / "errors").glob("*.json")):
-                doc = _read_json(f, src.problems)
+                doc = load_json_object(f, src.problems)
                 rank = _rank_of(f)
-                if isinstance(doc, dict) and rank is not None:
+                if doc is not None and rank is not None:
                     src.errors[rank] = doc
         if (d / "hang.json").is_file():
-            doc = _read_json(d / "hang.json", src.problems)
-            if isinstance(doc, dict):
+            doc = load_json_object(d / "hang.json", src.problems)
+            if doc is not None:
                 src.hang_records.append(doc)
         logs += [p for p in find_nccl_logs(d) if p not in logs]
         if (d / "run.json").is_file() and src.world_size is None:
-            doc = _read_json(d / "run.json", src.problems)
-            if isinstance(doc, dict):
+            doc = load_json_object(d / "run.json", src.problems)
+            if doc is not None:
                 src.world_size = _world_from_run(doc)
     if logs:
         src.nccl = parse_nccl_logs(logs)
