@@ -115,6 +115,7 @@ _CDNA3 = {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1
           "int8": 2614.9}
 
 _HOPPER_SRC = "NVIDIA H100 datasheet/Hopper whitepaper (sparse figures halved)"
+_A100_SRC = "NVIDIA A100 datasheet r4 (sparse figures halved)"
 
 #: Every built-in GPU, keyed by a stable id (also accepted as ``base`` in a ``--device-spec`` file).
 DEVICES: dict[str, DeviceSpec] = {
@@ -126,13 +127,13 @@ DEVICES: dict[str, DeviceSpec] = {
     "v100s-pcie": _spec("NVIDIA V100S", "V100S PCIe", 80, {"fp64": 8.2, "fp32": 16.4, "fp16": 130.0}, 1134,
                         link="pcie3", memory_gb=32, source="NVIDIA V100S datasheet"),
     "a100-sxm-40gb": _spec("NVIDIA A100", "A100 SXM4 40GB", 108, _A100, 1555, link="nvlink3", memory_gb=40,
-                           source="NVIDIA A100 datasheet r4 (sparse figures halved)"),
+                           source=_A100_SRC),
     "a100-sxm-80gb": _spec("NVIDIA A100", "A100 SXM4 80GB", 108, _A100, 2039, link="nvlink3", memory_gb=80,
-                           source="NVIDIA A100 datasheet r4 (sparse figures halved)"),
+                           source=_A100_SRC),
     "a100-pcie-40gb": _spec("NVIDIA A100", "A100 PCIe 40GB", 108, _A100, 1555, link="pcie4", memory_gb=40,
-                            source="NVIDIA A100 datasheet r4 (sparse figures halved)"),
+                            source=_A100_SRC),
     "a100-pcie-80gb": _spec("NVIDIA A100", "A100 PCIe 80GB", 108, _A100, 1935, link="pcie4", memory_gb=80,
-                            source="NVIDIA A100 datasheet r4 (sparse figures halved)"),
+                            source=_A100_SRC),
     "a10": _spec("NVIDIA A10", "A10", 72, {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0,
                                            "int8": 250.0}, 600, link="pcie4", memory_gb=24,
                  source="NVIDIA A10 datasheet (sparse figures halved)"),
