@@ -3,7 +3,7 @@
     read → engine → analysis → build → compare → render / export → commands → cli
 
 Below them all sit the leaves (``errors``, ``model``, ``intervals``, ``options``, ``report_schema``,
-``textsafe``, ``fmt``): vocabulary every stage may use, importing nothing above it. ``collect`` and
+``textsafe``, ``fmt``, ``devices``): vocabulary every stage may use, importing nothing above it. ``collect`` and
 ``simulate`` stand beside the path and use only the leaves and ``read``'s formats.
 
 Checked on the source: every import statement counts, the ones inside functions too (they run), so
