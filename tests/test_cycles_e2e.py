@@ -8,16 +8,14 @@ from pathlib import Path
 
 import needs
 import pytest
+import test_collect_e2e  # (same launcher helper: torchrun on a free port)
 from click.testing import CliRunner
+from test_collect_e2e import collect
+
+from traceread.build.report import ReportOptions, build_report
+from traceread.cli import cli
 
 needs.module("torch")
-
-import test_collect_e2e  # noqa: E402  (same launcher helper: torchrun on a free port)
-from test_collect_e2e import collect  # noqa: E402
-
-from traceread.build.report import ReportOptions, build_report  # noqa: E402
-from traceread.cli import cli  # noqa: E402
-
 pytestmark = pytest.mark.slow
 COMPILE_JOB = Path(__file__).resolve().parent / "jobs" / "compile_train.py"
 
