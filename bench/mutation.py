@@ -19,8 +19,9 @@ computed by the original code (or by another mutant) is reused.
     python bench/mutation.py --list                # the mutants and whether each applies
     python bench/mutation.py --json mutation.json  # also write the per-mutant results
 
-The default test command is the whole suite without the end-to-end tests (``-m "not slow"``), with
-``-x`` so a killed mutant stops at its first failure; ``--tests`` overrides it (split like a shell).
+The default test command is the whole suite without the end-to-end tests (``-m "not slow"``) and
+without the executor tests (:data:`EXECUTOR_TESTS`), with ``-x`` so a killed mutant stops at its first
+failure; ``--tests`` overrides it (split like a shell).
 The kill rate goes to docs/benchmarks.md ("Mutation check").
 """
 
@@ -42,7 +43,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "bench" / "mutants.json"
-DEFAULT_TESTS = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", "-n", "2"]
+#: The executor tests compare the Ray / node-local / s3:// engines with the local one, both running the
+#: same (mutated) analysis: they cannot tell a wrong diagnosis, and Ray clusters are slow and flaky on a busy box.
+EXECUTOR_TESTS = ("tests/test_engine_ray.py", "tests/test_engine_node_local.py", "tests/test_engine_remote.py")
+DEFAULT_TESTS = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", "-n", "2",
+                 *(f"--ignore={t}" for t in EXECUTOR_TESTS)]
 FIELDS = ("id", "file", "old", "new", "why")
 #: pytest exit codes: 1 = tests failed, 2 = interrupted (a collection error counts: the mutant broke an import).
 KILLED_RC = {1, 2}
@@ -158,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_baseline:
             t0 = time.monotonic()
             outcome, detail = run_tests(work, tests, args.timeout, Path(tmp) / "cache")
+            if outcome != "passed":  # once more: a test that fails only sometimes is named, not trusted
+                print(f"baseline  {outcome}: {detail}; running it again", flush=True)
+                outcome, detail = run_tests(work, tests, args.timeout, Path(tmp) / "cache")
             print(f"baseline  {outcome}: {detail}  ({time.monotonic() - t0:.1f} s)", flush=True)
             if outcome != "passed":
                 print("the tests fail without any mutant: fix that first (every mutant would look killed)")
