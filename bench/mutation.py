@@ -48,6 +48,9 @@ MUTANTS = REPO / "bench" / "mutants.json"
 EXECUTOR_TESTS = ("tests/test_engine_ray.py", "tests/test_engine_node_local.py", "tests/test_engine_remote.py")
 DEFAULT_TESTS = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", "-n", "2",
                  *(f"--ignore={t}" for t in EXECUTOR_TESTS)]
+#: Never run inside a mutated copy: it checks that each mutant's old text is in the code, which the
+#: applied mutant has just replaced (it would "kill" every mutant).
+STALENESS_TEST = "tests/test_mutants.py"
 FIELDS = ("id", "file", "old", "new", "why")
 #: pytest exit codes: 1 = tests failed, 2 = interrupted (a collection error counts: the mutant broke an import).
 KILLED_RC = {1, 2}
@@ -111,8 +114,9 @@ def run_tests(work: Path, tests: list[str], timeout: int, cache: Path) -> tuple[
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(work), "TRACEREAD_CACHE_DIR": str(cache)}
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", *tests], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", "pytest", *tests, f"--ignore={STALENESS_TEST}",
+                               f"--deselect={STALENESS_TEST}"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "failed", f"timeout after {timeout} s"
     out = proc.stdout or ""
