@@ -177,6 +177,7 @@ class Finding(TypedDict, total=False):
     suggestions: list[str]
     rank: int | None  # the rank the share belongs to, where one applies
     predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
+    severity: str  # NCCL findings: the diagnosis' severity, "error" | "warning" ("info" never becomes a finding)
 
 
 class LayoutGroup(TypedDict):
