@@ -245,6 +245,7 @@ def _reduce(cols: _Columns, out: dict[str, Any]) -> None:
                   "median_transfer_us": r["median_transfer_us"], "median_busbw_gbs": r["median_busbw_gbs"],
                   "best_busbw_gbs": r["best_busbw_gbs"], "wait_us": r["wait_us"]}
                  for r in classes.filter(pl.col("comm") == ci).to_dicts()]
+        colls.sort(key=lambda k: (k["coll"], k["msg_bytes"]))
         tot = totals.get(ci) or {"instances": 0, "wait_us": 0.0}
         slow_ranks = []
         for r in late.filter(pl.col("comm") == ci).head(3).to_dicts():
