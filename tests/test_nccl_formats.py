@@ -323,3 +323,28 @@ def _write(tmp: Path, lines: list[str]) -> Path:
     f = tmp / "job.log"
     f.write_text("\n".join(lines) + "\n")
     return f
+
+
+@pytest.mark.slow
+def test_report_with_traces_fits_the_advice_to_their_gpus(tmp_path: Path) -> None:
+    """Beside traces, the NCCL advice uses the GPUs the traces name: an H100 job whose log turns NVLS off
+    gets the NVLS remark as a note (info), never as a finding; the A100 log gets none."""
+    runner = CliRunner()
+    for device, log in (("h100", H100_228), ("a100", A100)):
+        run = tmp_path / device
+        res = runner.invoke(cli, ["simulate", "ddp", "-o", str(run), "--ranks", "2", "--steps", "2", "--device", device])
+        assert res.exit_code == 0, res.output
+        (run / "train.log").write_text(log.read_text())
+        res = runner.invoke(cli, ["report", str(run), "--format", "json", "--no-cache"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        n = doc["nccl"]
+        assert n["hardware"]["source"] == "trace deviceProperties" and device.upper() in n["hardware"]["gpu"]
+        ids = {d["id"]: d["severity"] for d in n["diagnoses"]}
+        findings = {f["id"] for f in doc["findings"]}
+        if device == "h100":
+            assert ids == {"connect_failed": "error", "nvls_unavailable": "info"}
+            assert "nccl_connect_failed" in findings and "nccl_nvls_unavailable" not in findings
+            assert next(f for f in doc["findings"] if f["id"] == "nccl_connect_failed")["severity"] == "error"
+        else:
+            assert ids == {} and not any(f.startswith("nccl_") for f in findings)
