@@ -32,7 +32,7 @@ MAX_LINE_CHARS = 4096
 QUOTE_CHARS = 240
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogLine:
     """A log line split into NCCL's fields (``host`` etc. are None when the prefix is absent)."""
 

@@ -77,7 +77,9 @@ class _Evidence:
         self.quotes: dict[str, list[str]] = {}
 
     def cite(self, topic: str, ln: LogLine) -> None:
-        lst = self.quotes.setdefault(topic, [])
+        lst = self.quotes.get(topic)
+        if lst is None:
+            lst = self.quotes[topic] = []
         if len(lst) < KEEP:
             lst.append(ln.quote())
 
@@ -125,14 +127,14 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
                 continue
             if "cudaDriver" in msg and (d := _DRIVER.search(msg)):
                 s["cuda_driver"] = int(d.group(1))
-            if comms.feed(ln) or net.feed(ln):
-                continue
-            if " via " in msg and (tr := _TRANSPORT.search(msg)):
+            if " via " in msg and (tr := _TRANSPORT.search(msg)):  # most lines of a log: first
                 label, netname, gdr = transport_label(tr.group(7))
                 transports[label] += 1
                 ev.cite("transport:" + label, ln)
                 if netname is not None:
                     net_gdr.append(gdr)
+                continue
+            if comms.feed(ln) or net.feed(ln):
                 continue
             if "Channel" in msg and (rg := _RING.search(msg)):
                 s["rings"].setdefault(int(rg.group(1)), [int(x) for x in rg.group(3).split()])

@@ -23,12 +23,12 @@ _FINGERPRINT = re.compile(
 )
 _LINE_RANK = re.compile(r"\[rank(\d+)\]:")
 
-TORCH_KEYS = ("atchdog", "Rank", "Timed out", "dump signal", "Stack trace of the failed", "monitoredBarrier")
+TORCH_KEYS = re.compile(r"atchdog|Rank|Timed out|dump signal|Stack trace of the failed|monitoredBarrier")
 
 def torch_line(raw: str, launcher_rank: int | None,
                 timeouts: dict[tuple[int | None, int | None, str | None], dict[str, Any]], s: dict[str, Any]) -> None:
     """PyTorch watchdog / gloo / debug-mode lines -> ``timeouts`` and ``torch_messages``."""
-    if not any(k in raw for k in TORCH_KEYS):
+    if not TORCH_KEYS.search(raw):
         return
     pr = _PG_RANK.search(raw)
     lr = _LINE_RANK.search(raw)
