@@ -200,20 +200,21 @@ class Comm:
         local = max((v.local_ranks for v in self.views if v.local_ranks), default=None)
         parent = next((v.parent for v in self.views if v.parent is not None), None)
         timed = self.timed()
-        init = None
+        init: dict[str, Any] | None = None
         if timed:
             slow = max(timed.values(), key=lambda v: v.total_s or 0.0)
             fast = min(timed.values(), key=lambda v: v.total_s or 0.0)
+            evidence: list[str] = [slow.timing_line.quote()] if slow.timing_line else []
             init = {"slowest_s": slow.total_s, "slowest_rank": slow.rank, "fastest_s": fast.total_s,
                     "fastest_rank": fast.rank, "median_s": statistics.median(v.total_s or 0.0 for v in timed.values()),
                     "ranks_timed": len(timed), "phases": dict(slow.phases), "bootstrap_least": None,
-                    "evidence": [slow.timing_line.quote()] if slow.timing_line else []}
+                    "evidence": evidence}
             boot = [v for v in timed.values() if "bootstrap" in v.phases]
             if len(boot) > 1:
                 late = min(boot, key=lambda v: v.phases["bootstrap"])
                 init["bootstrap_least"] = {"rank": late.rank, "bootstrap_s": late.phases["bootstrap"]}
                 if late.timing_line and late is not slow:
-                    init["evidence"].append(late.timing_line.quote())
+                    evidence.append(late.timing_line.quote())
         started = {v.rank for v in self.views if v.started and v.rank is not None}
         complete = {v.rank for v in self.views if v.completed and v.rank is not None}
         pending = [v.start_line.quote() for v in self.views

@@ -406,7 +406,7 @@ def slow_init_total(s: dict[str, Any]) -> list[Diagnosis]:
     n = sum(1 for c in s.get("comms") or [] if (c.get("init") or {}).get("ranks_timed"))
     if total < SLOW_INIT_S or n < 2:
         return []
-    slowest = next((c for c in s.get("comms") or [] if c.get("index") == worst.get("comm_index")), {})
+    slowest: dict[str, Any] = next((c for c in s.get("comms") or [] if c.get("index") == worst.get("comm_index")), {})
     return [_d("slow_init_total", "warning",
                f"communicator inits add up to {total:.1f} s on rank {rank} over {n} communicators (the slowest "
                f"{worst.get('total_s') or 0:.1f} s): every new process group pays its own init",

@@ -35,7 +35,7 @@ from array import array
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO, cast
 
 import msgspec
 import numpy as np
@@ -99,8 +99,10 @@ class _Record(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Record)
 
 
-def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+def _open(path: Path) -> BinaryIO:
+    if path.name.endswith(".gz"):
+        return cast(BinaryIO, gzip.GzipFile(path, "rb"))
+    return open(path, "rb")  # noqa: SIM115
 
 
 def looks_like_inspector(path: Path) -> bool:

@@ -48,14 +48,14 @@ def torch_line(raw: str, launcher_rank: int | None,
         return
     if (lw := _LAST_WORK.search(raw)):
         at = _AT_WORK.search(raw)
-        seq = int(at.group(1)) if at else None
+        at_seq = int(at.group(1)) if at else None
         # attach to this rank's timeout record (which was logged without a PG id)
         match = None
         for key, rec in timeouts.items():
-            if seq is not None and key[0] == rank and rec["seq"] == seq:
+            if at_seq is not None and key[0] == rank and rec["seq"] == at_seq:
                 match = rec
-        if match is None and seq is not None:
-            match = timeouts.setdefault((rank, seq, pg), {"rank": rank, "pg": pg, "seq": seq, "op": None})
+        if match is None and at_seq is not None:
+            match = timeouts.setdefault((rank, at_seq, pg), {"rank": rank, "pg": pg, "seq": at_seq, "op": None})
         if match is not None:
             match["last_enqueued"] = int(lw.group(1))
             match["last_completed"] = int(lw.group(2))
