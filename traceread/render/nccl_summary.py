@@ -80,6 +80,8 @@ def nccl_lines(report: Report) -> list[str]:
             parts.append(f"{len(comms)} communicators")
         if n.get("network"):
             gdr = {True: ", GPUDirect RDMA", False: ", no GPUDirect RDMA"}.get(n.get("gdrdma"), "")  # type: ignore[arg-type]
+            if str(n["network"]).lower() == "socket":
+                gdr = ""  # sockets never use it: saying so adds nothing
             parts.append(f"network {n['network']}{gdr}")
         if (plugin := _plugin(n)):
             parts.append(plugin)
