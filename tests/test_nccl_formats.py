@@ -195,6 +195,20 @@ def test_nccl_2_28_external_plugin_timestamped_warn_and_env() -> None:
     assert "nvls_unavailable" not in d  # the log alone does not say what the GPUs are
 
 
+def test_real_nccl_2_28_log_without_infiniband(samples_dir: Path) -> None:
+    """A real 2.28.9 log (sample_traces, one H100 VM): 2.27+ lists its internal transports as NET plugins, so
+    `Failed to initialize NET plugin IB` is what a machine without InfiniBand prints, not a plugin failure."""
+    log = samples_dir / "h100_compiled_1gpu" / "nccl" / "nccl.vm.887.log"
+    assert "Failed to initialize NET plugin IB" in log.read_text()
+    s = parse_nccl_logs([log], ["NVIDIA H100 80GB HBM3"])
+    assert (s["version"], s["cuda_driver"], s["nodes"], s["nranks"], s["network"]) == ("2.28.9+cuda13.0", 13000, 1, 1, "Socket")
+    assert s["plugin"]["kind"] == "socket" and s["plugin"]["failed"] is False and s["nics"] == 1
+    assert s["init_time_s"] == 0.48 and s["init_phases"]["0"]["kernels"] == 0.46
+    assert s["channels"] == {"coll": 64, "collnet": 64, "nvls": 0, "p2p": 64}
+    assert s["nvls"]["available"] is None  # one GPU: NCCL does not try NVLS, so no remark either
+    assert s["diagnoses"] == [] and s["warnings"] == []
+
+
 def test_nccl_2_18_ib_gdr_off_by_distance() -> None:
     s = parse_nccl_logs([IB_218])
     assert s["version"] == "2.18.3+cuda12.2" and s["net_plugin"] == "none (internal)" and s["network"] == "IB"

@@ -110,7 +110,7 @@ def net_plugin_failed(s: dict[str, Any]) -> list[Diagnosis]:
             "step that failed (e.g. an old libfabric: aws-ofi-nccl needs >= 1.22 for EFA)." if ofi else
             "Read the plugin's WARN lines: a missing device, a library version mismatch or a wrong "
             "NCCL_NET_PLUGIN name stops it from loading.")
-    sev = "error" if _multi_node(s) or _socket_used(s) else "warning"
+    sev = "error" if _multi_node(s) else "warning"  # on one node the network carries no collective
     return [_d("net_plugin_failed", sev, msg, _ev(s, "ofi_failed", "plugin_failed", "ofi_warn") + _ev(s, "network:Socket"),
                sugg)]
 

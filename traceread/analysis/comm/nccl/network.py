@@ -70,6 +70,8 @@ _P2P_ENABLE_FAILED = re.compile(r"Could not enable P2P between dev|peer query fa
 _NVLS_AVAIL = re.compile(r"NVLS multicast support is (not )?available on dev (\d+)")
 _NVLS_COMM = re.compile(r"NVLS comm 0x[0-9a-fA-F]+ headRank")
 
+#: NCCL's built-in transports, which 2.27+ loads and reports like plugins.
+INTERNAL_NETS = frozenset({"IB", "Socket"})
 #: Evidence lines kept per topic (the first few are enough to cite).
 KEEP = 4
 
@@ -141,7 +143,8 @@ class NetTracker:
                 self.cite("gdr_distance_" + m.group(1).lower(), ln)
                 return True
             if (m := _GDR_HCA.search(msg)):
-                self.cite("gdr_hca_" + m.group(2).lower(), ln)
+                if m.group(1) != "Socket":  # sockets never do GPUDirect RDMA
+                    self.cite("gdr_hca_" + m.group(2).lower(), ln)
                 return True
         if "NVLS" in msg:
             if (m := _NVLS_AVAIL.search(msg)):
@@ -199,8 +202,10 @@ class NetTracker:
             self.ofi.setdefault("initialized", set()).add(m.group(1))
             return True
         if (m := _INIT_FAILED.search(msg)):
-            self.ofi.setdefault("init_failed", set()).add(m.group(1) or "?")
-            self.cite("plugin_failed", ln)
+            name = m.group(1) or "?"
+            self.ofi.setdefault("init_failed", set()).add(name)
+            if name not in INTERNAL_NETS:
+                self.cite("plugin_failed", ln)
             return True
         if (m := _P2P_PLUGIN.search(msg)):
             self.plugins.append(f"p2p: {m.group(1)}")
@@ -264,7 +269,9 @@ class NetTracker:
         if nics is None and kind == "socket" and self.socket_ifaces:
             nics = len(self.socket_ifaces)
         gdr = o.get("gdr")  # what the plugin itself said; the channel lines say it in summary["gdrdma"]
-        failed = bool(o.get("failed")) or bool(o.get("init_failed"))
+        # NCCL >= 2.27 lists its internal IB and Socket transports as NET plugins too: "Failed to initialize
+        # NET plugin IB" on a machine without InfiniBand is normal, an external plugin failing is not
+        failed = bool(o.get("failed")) or any(n not in INTERNAL_NETS for n in o.get("init_failed") or ())
         return {
             "kind": kind,
             "name": network,
