@@ -240,6 +240,20 @@ def test_defect_gdr_advice_follows_what_the_plugin_said() -> None:
     assert "nvidia-peermem" not in d["suggestion"]
 
 
+def test_ib_plugin_says_no_gpudirect(tmp_path: Path) -> None:
+    """NCCL_DEBUG_SUBSYS=NET: `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'` (src/graph/topo.cc) is the
+    NIC driver saying it cannot read GPU memory: nvidia-peermem / DMA-BUF is then the right advice."""
+    lines = ["h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+             "h:1:1 [0] NCCL INFO Using network IB",
+             "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'",
+             "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0"]
+    s = parse_nccl_logs([_write(tmp_path, lines)])
+    assert s["plugin"]["kind"] == "ib" and s["plugin"]["gdr"] is False and s["plugin"]["nics"] == 1
+    d = _diags(s)["no_gdrdma"]
+    assert "the NIC driver reports no GPUDirect support" in d["message"] and "nvidia-peermem" in d["suggestion"]
+    assert d["evidence"][0].endswith("GPU Direct RDMA Disabled for HCA 0 'mlx5_0'")
+
+
 def test_gdr_disabled_on_a_capable_instance_is_an_error(tmp_path: Path) -> None:
     lines = ["h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
              "h:1:1 [0] NCCL INFO NET/OFI Running on p4d.24xlarge platform, topology file /x/p4d-24xl-topo.xml", "",

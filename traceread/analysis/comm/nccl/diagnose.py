@@ -155,7 +155,7 @@ def no_gdrdma(s: dict[str, Any]) -> list[Diagnosis]:
     p = _plugin(s)
     transports: dict[str, int] = s.get("transports") or {}
     net_links = sorted(k for k in transports if k.startswith("NET/") and k != "NET/Socket")
-    plugin_says_no = p.get("gdr") is False
+    plugin_says_no = p.get("gdr") is False and p.get("kind") == "ofi"  # aws-ofi-nccl's own words
     if not plugin_says_no and not (net_links and s.get("gdrdma") is False):
         return []
     where = f"network transfers ({', '.join(net_links)})" if net_links else "network transfers"

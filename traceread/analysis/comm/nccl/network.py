@@ -269,6 +269,8 @@ class NetTracker:
         if nics is None and kind == "socket" and self.socket_ifaces:
             nics = len(self.socket_ifaces)
         gdr = o.get("gdr")  # what the plugin itself said; the channel lines say it in summary["gdrdma"]
+        if gdr is None and kind in ("ib", "external"):  # NET/<net> : GPU Direct RDMA Enabled/Disabled for HCA n
+            gdr = False if "gdr_hca_disabled" in self.evidence else (True if "gdr_hca_enabled" in self.evidence else None)
         # NCCL >= 2.27 lists its internal IB and Socket transports as NET plugins too: "Failed to initialize
         # NET plugin IB" on a machine without InfiniBand is normal, an external plugin failing is not
         failed = bool(o.get("failed")) or any(n not in INTERNAL_NETS for n in o.get("init_failed") or ())
