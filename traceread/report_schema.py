@@ -181,6 +181,7 @@ class Finding(TypedDict, total=False):
     suggestions: list[str]
     rank: int | None  # the rank the share belongs to, where one applies
     predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
+    severity: str  # NCCL findings: the diagnosis' severity, "error" | "warning" ("info" never becomes a finding)
 
 
 class LayoutGroup(TypedDict):
@@ -202,6 +203,59 @@ class Layout(TypedDict):
     groups: list[LayoutGroup]
 
 
+class NcclSummary(TypedDict, total=False):
+    """``report["nccl"]``: what NCCL's own records say (traceread.analysis.comm.nccl; docs/hang-and-nccl.md).
+    Documentation of the keys; the document carries it as a plain dict."""
+
+    files: list[str]  # NCCL_DEBUG logs read
+    version: str | None  # most common "NCCL version" line
+    versions: dict[str, int]
+    cuda_driver: int | None
+    hosts: list[str]
+    nodes: int | None  # the larger of distinct hosts and NCCL's own nNodes
+    nranks: int | None  # largest communicator
+    local_ranks: int | None  # GPUs per node (NCCL's localRanks)
+    comms: list[dict[str, Any]]  # every communicator: index, comm_id, kind (init|split), parent, color, nranks, nnodes,
+    #   local_ranks, ranks_seen, init_started, init_complete, hosts, init {slowest_s, slowest_rank, fastest_s,
+    #   fastest_rank, median_s, ranks_timed, phases, bootstrap_least, evidence}, pending_evidence
+    init_time_s: float | None  # the slowest init of any communicator on any rank
+    init_timings: dict[str, float]  # global rank -> its slowest communicator init (s)
+    init_phases: dict[str, dict[str, float]]  # global rank -> the phases of that slowest init
+    init_total_s: dict[str, float]  # global rank -> all its communicator inits added up
+    init_slowest: dict[str, Any] | None  # comm_index, comm_id, nranks, rank, comm_rank, host, total_s, phases
+    env: dict[str, str]  # "<NAME> set by environment to <value>" lines (several values joined by " | ")
+    network: str | None  # "Using network ..."
+    net_plugin: str | None
+    plugin: dict[str, Any] | None  # kind (ofi|ib|socket|external), name, version, libfabric, provider, fabric,
+    #   nics, platform, protocol, gdr (what the plugin said), forced_simple, failed, external_path, gdr_off_on_capable
+    ofi_provider: str | None
+    nics: int | None  # NICs the network plugin uses (OFI "found N nics", IB devices, socket interfaces)
+    ib_devices: list[str]
+    socket_interfaces: list[str]
+    bootstrap_interfaces: list[str]
+    transports: dict[str, int]  # label -> channel connections (P2P/CUMEM, SHM, NET/IB, NET/Socket, ...)
+    gdrdma: bool | None  # every NET connection uses GPUDirect RDMA
+    hardware: dict[str, Any] | None  # gpu, source, nvlink, nvswitch, nvls_possible (True/False/None), log_hints
+    rings: dict[str, list[int]]
+    trees: int
+    nvls: dict[str, Any]  # available, channels, comms
+    channels: dict[str, int] | None
+    warnings: list[dict[str, Any]]  # WARN lines: host, src (any source location), message, file, line, quote
+    errors: list[dict[str, Any]]  # the WARN lines about failures
+    error_codes: dict[str, int]
+    timeouts: list[dict[str, Any]]  # PyTorch watchdog timeouts per rank and collective
+    torch_messages: list[dict[str, Any]]
+    nccl_tests_busbw_gbps: float | None
+    evidence: dict[str, list[str]]  # topic -> the first lines quoted ("file:line: text"), what diagnoses cite
+    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion
+    inspector: dict[str, Any] | None  # NCCL Inspector files: files, records, p2p_records, bad_lines, truncated,
+    #   format_versions, comms [{comm_id, comm_name, nranks, nnodes, ranks_seen, hosts, peak_gbps, peak_link,
+    #   collectives [{coll, msg_bytes, count, median_transfer_us, median_busbw_gbs, best_busbw_gbs, wait_us,
+    #   pct_of_peak}], late_ranks [{rank, host, pid, times_last, of, wait_caused_us, wait_share, slow}]}],
+    #   slow_collectives, slow_collectives_total, p2p
+    lines_parsed: int
+
+
 class Report(TypedDict, total=False):
     schema: str
     source: dict[str, Any]  # {"paths", "world_size", "backend", "devices"}
@@ -221,6 +275,6 @@ class Report(TypedDict, total=False):
     kernels: list[dict[str, Any]]
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
     straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
-    nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses
+    nccl: dict[str, Any] | None  # NCCL logs + Inspector files: keys in NcclSummary
     drift: dict[str, Any]  # only with --cycle all: per-cycle numbers + growth first -> last (analysis.drift)
     step_timeline: dict[str, Any] | None  # analysis.step_timeline.job_timeline: real GPU intervals of two steps

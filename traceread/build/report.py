@@ -29,7 +29,7 @@ __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
 #: Folders and files of a collected run folder that analyses read besides the traces (document key).
 RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject")
 RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 
 
 class NothingUsableError(TraceReadError):
@@ -114,7 +114,7 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 
 def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
     """Map, reduce, findings: the document from scratch."""
-    from traceread.analysis.hang.nccl_log import nccl_logs_under, parse_nccl_logs
+    from traceread.analysis.comm import nccl as nccl_records
     from traceread.build import job_reduce as crossrank
     from traceread.build.rank_map import RankSummary
     from traceread.build.run_map import summarise_files
@@ -127,9 +127,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         warnings.append(f"{m}: no such file or folder")
     warnings.extend(found.notes)
     run_info = load_json_object(found.run_json[0], warnings) if found.run_json else None
-    nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
-    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
-    nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
+    # NCCL logs and NCCL Inspector files (a file named explicitly is then not a trace)
+    nccl, nccl_files = guarded("NCCL logs", warnings, lambda: nccl_records.load(paths, run_dir), (None, []))
+    found.files = [f for f in found.files if f not in nccl_files]
     # several cycles/runs: analyse one (local files; objects in a bucket are not grouped yet)
     remote = [f for f in found.files if getattr(f, "url", None) is not None]
     local = [f for f in found.files if getattr(f, "url", None) is None]
@@ -159,6 +159,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
             raise NothingUsableError(f"no readable trace under {where}{detail}", bad_input=True)
         raise NothingUsableError(f"no trace files (*.json, *.json.gz) found under {where}")
 
+    if nccl is not None and summaries:  # the traces name the GPUs: hardware-fitted NCCL advice
+        guarded("NCCL diagnoses", warnings, lambda: nccl_records.refit(nccl, [s.meta.device_name for s in summaries
+                                                                               if s.meta.device_name]))
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)

@@ -18,7 +18,7 @@ from traceread.engine.executors import ProcessExecutor, default_workers, progres
 from traceread.engine.memory import Budget
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
-from traceread.read.discover import Found, find
+from traceread.read.discover import NOT_A_TRACE, Found, find
 from traceread.read.jsonfile import load_json_object
 from traceread.read.ranks import assign_ranks, rank_from_name
 
@@ -84,6 +84,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     """
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
+    if reason.startswith(NOT_A_TRACE):  # named explicitly, but not a trace at all: no rank is missing
+        return ReadFailure(file=str(path), reason=reason, rank=None), f"{path}: {reason}"
     rank = rank_from_name(str(path))
     said = f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
     return ReadFailure(file=str(path), reason=reason, rank=rank), said

@@ -21,6 +21,7 @@ from traceread.read.events import (
     pair_flows,
     partition_with_cats,
 )
+from traceread.read.foreign import foreign_format, is_foreign_name
 from traceread.read.inflate import uncompressed_chunks
 from traceread.read.links import link
 from traceread.read.meta import build_meta, top_values
@@ -38,14 +39,16 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
     :func:`traceread.read.inflate.max_rank_bytes`).
     """
     p = Path(path)
+    if is_foreign_name(p.name) and (other := foreign_format(p)) is not None:
+        raise TraceFileError(other.reason(), str(p))  # without reading a 2 GB Nsight report
     # The parse allocates millions of short-lived objects and no reference cycles: the cyclic
     # collector would only rescan them (measured 10-30% of the parse time).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         return _parse(p, max_rank_bytes)
-    except TraceFileError:
-        raise
+    except TraceFileError as exc:
+        raise _named(p, exc) from None
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:  # any surprise becomes the one-line file error
@@ -56,6 +59,14 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _named(p: Path, exc: TraceFileError) -> TraceFileError:
+    """The reader's failure, or the file named as the other tool's format it is (traceread.read.foreign)."""
+    if exc.message.startswith(("cannot open", "empty file")):
+        return exc
+    other = foreign_format(p)
+    return TraceFileError(other.reason(), exc.path) if other is not None else exc
 
 
 def parse_named(local: Path, name: str, *, max_rank_bytes: int | None = None) -> RankTrace:

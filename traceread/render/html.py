@@ -209,6 +209,7 @@ NCCL_LABELS: dict[str, str] = {
     "ofi_provider": "libfabric provider", "ib_devices": "IB/RoCE devices", "transports": "transports (connections)",
     "gdrdma": "GPUDirect RDMA", "channels": "channels", "trees": "trees", "nvls": "NVLink SHARP",
     "init_time_s": "init time (s)", "nccl_tests_busbw_gbps": "nccl-tests avg busbw (GB/s)",
+    "nics": "NICs", "env": "set by environment",
 }
 
 
@@ -233,6 +234,22 @@ def _nccl_items(n: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not n:
         return []
     rows = [(label, _short(n[k])) for k, label in NCCL_LABELS.items() if n.get(k) not in (None, [], {}, "")]
+    comms = n.get("comms") or []
+    if len(comms) > 1:
+        rows.append(("communicators", f"{len(comms)}: " + ", ".join(
+            f"{c.get('comm_id') or 'split'} ({c.get('nranks')} ranks"
+            + (f", init {c['init']['slowest_s']:.2f} s" if c.get("init") else "") + ")" for c in comms[:8])))
+    plugin = {k: v for k, v in (n.get("plugin") or {}).items() if v not in (None, False, "")}
+    if plugin.get("kind") not in (None, "socket"):
+        rows.append(("network plugin", _short(plugin)))
+    hw = {k: v for k, v in (n.get("hardware") or {}).items() if k != "log_hints" and v is not None}
+    if hw.get("gpu"):
+        rows.append(("hardware", _short(hw)))
+    ins = n.get("inspector") or {}
+    if ins:
+        rows.append(("NCCL Inspector", f"{ins.get('records', 0)} collective records in {len(ins.get('files') or [])} "
+                     f"file(s), {len(ins.get('comms') or [])} communicator(s), "
+                     f"{ins.get('slow_collectives_total', 0)} slow collective(s)"))
     rings = n.get("rings") or {}
     if rings:
         first = next(iter(rings.values()))

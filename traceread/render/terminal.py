@@ -37,6 +37,8 @@ def answer(report: Report) -> tuple[str, str | None]:
     findings = report.get("findings") or []
     if not findings:
         if not report.get("ranks"):
+            if report.get("nccl"):
+                return "No problem found in NCCL's own records (no trace to measure the step with).", None
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]

@@ -276,7 +276,7 @@ def slow_steps(report: Report) -> list[Finding]:
 
 def nccl_transport(report: Report) -> list[Finding]:
     n = report.get("nccl") or {}
-    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
+    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict) and d.get("severity") != "info"]
     if not diags:
         return []
     out = []
@@ -287,7 +287,8 @@ def nccl_transport(report: Report) -> list[Finding]:
         ev += [f"{_coll_label(c)}: {c.get('busbw_gbps') or 0:.1f} of {c.get('link_peak_gbps') or 0:.0f} GB/s" for c in net[:3]]
         sugg = [str(d["suggestion"])] if d.get("suggestion") else []
         out.append(_finding("nccl_" + str(d.get("id") or "diagnosis"), f"NCCL: {msg}", lost, report,
-                            "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg))
+                            "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg,
+                            severity=str(d.get("severity") or "warning")))
     return out
 
 

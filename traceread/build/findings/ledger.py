@@ -195,7 +195,7 @@ def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) ->
 
 def _nccl_findings(report: Report, led: Ledger, budget: _Budget, step: float) -> list[Finding]:
     n = report.get("nccl") or {}
-    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
+    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict) and d.get("severity") != "info"]
     if not diags:
         return []
     from traceread.build.queries import network_loss_us
@@ -210,7 +210,8 @@ def _nccl_findings(report: Report, led: Ledger, budget: _Budget, step: float) ->
         sugg = [str(d["suggestion"])] if d.get("suggestion") else []
         out.append(_finding("nccl_" + str(d.get("id") or "diagnosis"), f"NCCL: {msg}", got, step, "comm_transfer",
                             keys[0][1] if keys else None, keys[0][2] if keys else None,
-                            "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg))
+                            "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg,
+                            severity=str(d.get("severity") or "warning")))
     return out
 
 
