@@ -177,6 +177,7 @@ class Finding(TypedDict, total=False):
     suggestions: list[str]
     rank: int | None  # the rank the share belongs to, where one applies
     predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
+    memory_bytes: float | None  # memory findings (category "memory", no step time): the bytes at stake
 
 
 class LayoutGroup(TypedDict):

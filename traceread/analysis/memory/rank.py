@@ -94,8 +94,8 @@ def _device(rt: RankTrace, g: pl.DataFrame, dtype: int, did: int, ops: _OpIndex,
         "peak_step": int(steps["step"][si]) if si >= 0 else None,
         "peak_offset_us": peak_t - float(steps["ts"][si]) if si >= 0 else None,
         "peak_phase": phase_at(phases, peak_t) if si >= 0 else None,
-        "peak_operator": ops.operator(int(inner[0])), "peak_op_innermost": ops.innermost_op(int(inner[0])),
-        "peak_context": ops.context(int(inner[0])),
+        "peak_operator": ops.operator(int(inner[0]), peak_t), "peak_op_innermost": ops.innermost_op(int(inner[0]), peak_t),
+        "peak_context": ops.context(int(inner[0]), peak_t),
         "floor_allocated_bytes": int(min(start_level, int(alloc.min()))),
         "reserved_at_peak_bytes": int(reserved[i]) if reserved is not None else None,
         "fragmentation_bytes": int(reserved[i] - alloc[i]) if reserved is not None else None,
@@ -199,7 +199,7 @@ def _live_at_peak(g: pl.DataFrame, i: int, ops: _OpIndex, before: int | None) ->
     last = upto.group_by("addr").agg(pl.col("_i").max()).get_column("_i")
     live = upto.filter(pl.col("_i").is_in(last.implode()) & (pl.col("bytes") > 0))
     rows = ops.enclosing(live)
-    names = [ops.operator(int(r)) or "(no operator recorded)" for r in rows]
+    names = [ops.operator(int(r), float(t)) or "(no operator recorded)" for r, t in zip(rows, live["ts"].to_list())]
     by = (pl.DataFrame({"operator": names, "bytes": live["bytes"]}, schema={"operator": pl.Utf8, "bytes": pl.Int64})
           .group_by("operator").agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
           .sort(["bytes", "operator"], descending=[True, False]))
@@ -266,6 +266,7 @@ class _OpIndex:
                                 pl.col("row").alias("_row")).sort("ts")
         self.cat = host["cat"].fill_null("").to_list()
         self.name = host["name"].fill_null("").to_list()
+        self.ts = host["ts"].to_numpy()
         self.end = host["end"].to_numpy()
         self.parent = host["parent"].fill_null(-1).to_numpy()
 
@@ -287,33 +288,36 @@ class _OpIndex:
             row[stale] = self.parent[row[stale]]
         return row
 
-    def _chain(self, row: int) -> list[int]:
-        """``row`` and its ancestors, innermost first."""
+    def _chain(self, row: int, t: float) -> list[int]:
+        """``row`` and its ancestors that are open at ``t``, innermost first. The time test matters: the
+        reader nests an event that starts where its predecessor ends (``ts + dur`` rounded a hair past
+        the next ``ts``) under that predecessor, which is over by ``t``."""
         out = []
         while row >= 0 and len(out) < 512:
-            out.append(row)
+            if self.ts[row] <= t < self.end[row]:
+                out.append(row)
             row = int(self.parent[row])
         return out
 
-    def _named(self, row: int) -> list[int]:
-        """Operators and annotations in the chain (not the step annotation, which 2021 traces record as
+    def _named(self, row: int, t: float) -> list[int]:
+        """Operators and annotations open at ``t`` (not the step annotation, which 2021 traces record as
         an operator), innermost first."""
-        return [r for r in self._chain(row) if self.cat[r] in ("cpu_op", "user_annotation")
+        return [r for r in self._chain(row, t) if self.cat[r] in ("cpu_op", "user_annotation")
                 and not self.name[r].startswith(_STEP_PREFIX)]
 
-    def operator(self, row: int) -> str | None:
-        """The outermost ``cpu_op`` enclosing ``row`` (what the Python code called), else the innermost
-        annotation, else None."""
-        chain = self._named(row)
+    def operator(self, row: int, t: float) -> str | None:
+        """The outermost ``cpu_op`` open at ``t`` around ``row`` (what the Python code called), else the
+        innermost annotation, else None."""
+        chain = self._named(row, t)
         ops = [r for r in chain if self.cat[r] == "cpu_op"]
         if ops:
             return self.name[ops[-1]]
         return self.name[chain[0]] if chain else None
 
-    def innermost_op(self, row: int) -> str | None:
-        ops = [r for r in self._named(row) if self.cat[r] == "cpu_op"]
+    def innermost_op(self, row: int, t: float) -> str | None:
+        ops = [r for r in self._named(row, t) if self.cat[r] == "cpu_op"]
         return self.name[ops[0]] if ops else None
 
-    def context(self, row: int, limit: int = 6) -> list[str]:
+    def context(self, row: int, t: float, limit: int = 6) -> list[str]:
         """Enclosing operators and annotations, outermost first (at most ``limit``, the innermost kept)."""
-        return [self.name[r] for r in reversed(self._named(row)[:limit])]
+        return [self.name[r] for r in reversed(self._named(row, t)[:limit])]
