@@ -13,7 +13,8 @@ the device, live or cached). Per device (``cuda:0``, ``hip:0``, ``cpu``):
   (``deviceProperties.totalGlobalMem``, else the catalogue's nominal size) − peak reserved;
 * per step: allocated at the step start (the level before its first event), its peak; growth per
   step = (last start − first start) ÷ (steps − 1); a leak when the start level rises at every step
-  boundary over at least three steps by more than :data:`LEAK_MIN_BYTES` in all;
+  boundary over at least three steps by more than :data:`LEAK_MIN_BYTES` in all (without a baseline
+  the first step is left out: it starts from zero);
 * live at the peak: allocations made in the window and not freed by the peak (matched by address),
   summed by operator; what was allocated before the window is one line of its own.
 
@@ -106,7 +107,7 @@ def _device(rt: RankTrace, g: pl.DataFrame, dtype: int, did: int, ops: _OpIndex,
     }
     d.update(_headroom(rt, dtype, did, d, spec_file))
     d["steps"] = _per_step(steps, step_of, ts, nbytes, alloc, reserved)
-    d.update(_growth(d["steps"]))
+    d.update(_growth(d["steps"], baseline_known))
     d.update(_live_at_peak(g, i, ops, start_level if baseline_known else None))
     d["timeline"] = _timeline(rt, steps, si, phases, ts, alloc, reserved, start_level)
     return d
@@ -147,9 +148,13 @@ def _per_step(steps: pl.DataFrame, step_of: np.ndarray, ts: np.ndarray, nbytes: 
     return out
 
 
-def _growth(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Growth of the start level per step, and whether it is a leak (see the module docstring)."""
+def _growth(steps: list[dict[str, Any]], baseline_known: bool) -> dict[str, Any]:
+    """Growth of the start level per step, and whether it is a leak (see the module docstring). Counted
+    from the window start (no baseline), the first step starts at 0 while later ones count what it
+    allocated and kept (gradients, optimizer state): growth is measured from the second step on."""
     levels = [s["start_allocated_bytes"] for s in steps]
+    if not baseline_known:
+        levels = levels[1:]
     if len(levels) < 2:
         return {"growth_per_step_bytes": None, "leak": False}
     growth = (levels[-1] - levels[0]) / (len(levels) - 1)

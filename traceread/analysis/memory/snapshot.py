@@ -46,8 +46,10 @@ def find_snapshots(paths: list[str], run_dir: Path | None, explicit: list[Path])
     """Snapshot files: those named with ``--snapshot``, the run folder's ``memory/`` (``traceread collect
     --memory-snapshot``), and files with "snapshot" in their name directly in a folder the user gave."""
     found: list[Path] = [Path(p) for p in explicit]
-    if run_dir is not None and (run_dir / "memory").is_dir():
-        found += sorted(f for f in (run_dir / "memory").iterdir() if f.suffix in SNAPSHOT_SUFFIXES and f.is_file())
+    if run_dir is not None:  # RUN/memory, or RUN/<host>/memory with collect's per-host layout
+        for folder in [run_dir / "memory", *sorted(run_dir.glob("*/memory"))]:
+            if folder.is_dir():
+                found += sorted(f for f in folder.iterdir() if f.suffix in SNAPSHOT_SUFFIXES and f.is_file())
     for p in paths:
         if "://" in str(p):
             continue
@@ -93,8 +95,10 @@ def read_snapshot(path: str | Path, rank: int | None = None) -> dict[str, Any]:
     devices = sorted(set(live) | {d for d, t in enumerate(traces) if isinstance(t, list) and t})
     out = [_device(d, live.get(d, {}), traces[d] if d < len(traces) and isinstance(traces[d], list) else [])
            for d in devices]
-    return {"file": str(p), "rank": rank if rank is not None else rank_of(p), "oom": any(d["oom"] for d in out),
-            "devices": out}
+    # ``traceread collect`` names the snapshot it takes on an out-of-memory error rank{R}_oom.pickle; a CUDA
+    # snapshot also records the failed request as an ``oom`` action.
+    oom = any(d["oom"] for d in out) or p.stem.lower().endswith("_oom")
+    return {"file": str(p), "rank": rank if rank is not None else rank_of(p), "oom": oom, "devices": out}
 
 
 def _int(v: Any) -> int | None:

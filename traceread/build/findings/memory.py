@@ -1,4 +1,5 @@
-"""Memory findings (docs/memory.md): near out of memory, a leak, ranks out of balance, fragmentation,
+"""Memory findings (docs/memory.md): an out-of-memory error (its snapshot), near out of memory, a leak,
+ranks out of balance, fragmentation,
 and with ``--params`` the guide's model beside the measurement (which part dominates, what shrinks it).
 
 Memory costs no step time, so these findings carry ``impact_us_per_step`` 0 and ``impact_pct`` null,
@@ -46,6 +47,29 @@ def _shrink(m: dict[str, Any]) -> list[str]:
     return ["Pass --params (and --zero-stage) to see how much is weights, gradients and optimizer state and what "
             "ZeRO/FSDP, recomputation or a smaller micro-batch would save.",
             "Activation checkpointing (torch.utils.checkpoint) trades recomputation for the activations' memory."]
+
+
+def oom(m: dict[str, Any]) -> list[Finding]:
+    """A snapshot taken after an out-of-memory error: what held the memory then."""
+    out: list[Finding] = []
+    for snap in [s for s in m.get("snapshots") or [] if s.get("oom")][:3]:
+        devs = [d for d in snap.get("devices") or [] if d.get("top_frames")]
+        if not devs:
+            continue
+        d = max(devs, key=lambda x: x["peak_allocated_bytes"])
+        who = f"Rank {snap['rank']}" if snap.get("rank") is not None else "A rank"
+        named = [f for f in d["top_frames"] if not f["frame"].startswith("(")]  # blocks with a stack first
+        top = named[0] if named else d["top_frames"][0]
+        ask = f"; the failed request asked for {nbytes(d['oom_request_bytes'])}" if d.get("oom_request_bytes") else ""
+        title = (f"{who} ran out of memory: {nbytes(d['peak_allocated_bytes'])} allocated at the peak{ask}; the largest "
+                 f"share with a stack came from {top['frame']} ({nbytes(top['bytes'])})")
+        ev = [f"{f['frame']}: {nbytes(f['bytes'])} in {f['blocks']} block(s)" + (f" ({f['module']})" if f.get("module") else "")
+              for f in d["top_frames"][:6]]
+        ev.append(f"snapshot {snap['file']}")
+        expl = ("The snapshot taken at the out-of-memory error lists every live block with the Python stack that "
+                "allocated it; the groups below are summed by the innermost frame of your code.")
+        out.append(_f("memory_oom", title, expl, ev, _shrink(m), snap.get("rank"), float(d["peak_allocated_bytes"])))
+    return out
 
 
 def near_oom(m: dict[str, Any]) -> list[Finding]:
@@ -160,6 +184,6 @@ def memory_findings(report: Report) -> list[Finding]:
     if not m:
         return []
     out: list[Finding] = []
-    for detector in (near_oom, leak, imbalance, model, fragmentation):
+    for detector in (oom, near_oom, leak, imbalance, model, fragmentation):
         out.extend(detector(m))
     return out
