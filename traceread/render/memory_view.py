@@ -16,6 +16,8 @@ PHASE_COLORS = {"forward": "rgba(76,120,168,0.10)", "backward": "rgba(114,183,17
                 "optimizer": "rgba(245,133,24,0.14)"}
 #: Draw the device's memory as a line when the peak uses at least this share of it.
 CAPACITY_LINE_SHARE = 0.5
+#: Zoom the time axis to the allocations when the last one comes before this share of the step.
+ZOOM_BELOW = 0.5
 
 
 def _where(r: dict[str, Any]) -> str:
@@ -97,16 +99,25 @@ def memory_figure(report: dict[str, Any]) -> tuple[Figure | None, str | None]:
         data.append({"type": "scatter", "mode": "lines", "name": "device memory", "x": [x[0], x[-1]],
                      "y": [cap / 1e9, cap / 1e9], "line": {"color": "#000", "dash": "dash", "width": 1},
                      "hoverinfo": "skip"})
+    # The host often runs ahead of the GPU and then waits: when every allocation lies early in the step,
+    # the axis shows them (the level then holds to the step's end, said in the axis title).
+    span = x[-1]
+    last = x[-2] if len(x) > 2 else span
+    shown = span if last >= ZOOM_BELOW * span else last * 1.05 or span
+    phases = tl.get("phases") or []
     shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": p["start_us"] / 1000.0, "x1": p["end_us"] / 1000.0,
                "y0": 0, "y1": 1, "fillcolor": PHASE_COLORS.get(p["name"], "rgba(0,0,0,0.05)"), "line": {"width": 0},
-               "layer": "below"} for p in tl.get("phases") or []]
-    notes = [{"x": (p["start_us"] + p["end_us"]) / 2000.0, "y": 1.0, "xref": "x", "yref": "paper", "yanchor": "bottom",
-              "text": label(p["name"]), "showarrow": False, "font": {"size": 11, "color": "#555"}}
-             for p in tl.get("phases") or []]
+               "layer": "below"} for p in phases]
+    notes = [{"x": (max(p["start_us"], 0.0) + min(p["end_us"], shown * 1000.0)) / 2000.0, "y": 1.0, "xref": "x",
+              "yref": "paper", "yanchor": "bottom", "text": label(p["name"]), "showarrow": False,
+              "font": {"size": 11, "color": "#555"}}
+             for p in phases if (min(p["end_us"], shown * 1000.0) - p["start_us"]) / 1000.0 >= 0.08 * shown]
     step = f"step {tl['step']}" if tl.get("step") is not None else "the recorded window"
     title = f"Memory over {step} on rank {tl.get('rank')} ({label(tl.get('device'))}), the rank with the highest peak"
+    axis = "ms from the step start (host clock)" + (f"; the last allocation is at {last:.3g} ms of {span:.3g}"
+                                                    if shown < span else "")
     return {"data": data, "layout": _layout(title, shapes=shapes, annotations=notes,
-                                            xaxis={"title": {"text": "ms from the step start (host clock)"}},
+                                            xaxis={"title": {"text": axis}, "range": [0.0, shown]},
                                             yaxis={"title": {"text": "GB"}, "rangemode": "tozero"})}, None
 
 
