@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from traceread.simulate import memory as mem
 from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
 from traceread.simulate.devices import get_device
-from traceread.simulate import memory as mem
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
 from traceread.simulate.memory import Allocator, Handle
 from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation

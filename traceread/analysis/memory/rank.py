@@ -297,7 +297,7 @@ class _OpIndex:
         """``row`` and its ancestors that are open at ``t``, innermost first. The time test matters: the
         reader nests an event that starts where its predecessor ends (``ts + dur`` rounded a hair past
         the next ``ts``) under that predecessor, which is over by ``t``."""
-        out = []
+        out: list[int] = []
         while row >= 0 and len(out) < 512:
             if self.ts[row] <= t < self.end[row]:
                 out.append(row)

@@ -105,6 +105,11 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _frames(d: dict[str, Any]) -> list[dict[str, Any]]:
+    f = d.get("frames")
+    return f if isinstance(f, list) else []
+
+
 def _live_blocks(segments: list[Any]) -> dict[int, dict[int, Block]]:
     """device -> {address: (size, frames)} of the blocks live when the snapshot was taken. Blocks
     without an ``address`` (snapshots converted from a profile) sit one after the other from the
@@ -122,8 +127,7 @@ def _live_blocks(segments: list[Any]) -> dict[int, dict[int, Block]]:
             here = _int(b.get("address"))
             here = addr if here is None else here
             if b.get("state") in LIVE_STATES and size > 0:
-                frames = b.get("frames") if isinstance(b.get("frames"), list) else []
-                out.setdefault(dev, {})[here] = (size, frames)
+                out.setdefault(dev, {})[here] = (size, _frames(b))
             addr = here + size
     return out
 
@@ -152,7 +156,7 @@ def _step_back(live: dict[int, Block], e: dict[str, Any]) -> int:
     if act == "alloc" and addr in live:
         return -live.pop(addr)[0]
     if act == "free_completed" and addr not in live:
-        live[addr] = (size, e.get("frames") if isinstance(e.get("frames"), list) else [])
+        live[addr] = (size, _frames(e))
         return size
     return 0
 

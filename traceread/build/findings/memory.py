@@ -180,7 +180,7 @@ def model(m: dict[str, Any]) -> list[Finding]:
 
 def memory_findings(report: Report) -> list[Finding]:
     """Every memory finding of the document, most urgent first (empty without ``report["memory"]``)."""
-    m = report.get("memory")  # type: ignore[typeddict-item]
+    m: dict[str, Any] | None = report.get("memory")  # type: ignore[assignment]
     if not m:
         return []
     out: list[Finding] = []
