@@ -274,6 +274,7 @@ class _OpIndex:
         self.ts = host["ts"].to_numpy()
         self.end = host["end"].to_numpy()
         self.parent = host["parent"].fill_null(-1).to_numpy()
+        self._memo: dict[int, list[int]] = {}
 
     def enclosing(self, events: pl.DataFrame) -> np.ndarray:
         """Host row of the innermost nesting event enclosing each event (its ``pid``, ``tid``, ``ts``),
@@ -297,12 +298,19 @@ class _OpIndex:
         """``row`` and its ancestors that are open at ``t``, innermost first. The time test matters: the
         reader nests an event that starts where its predecessor ends (``ts + dur`` rounded a hair past
         the next ``ts``) under that predecessor, which is over by ``t``."""
-        out: list[int] = []
-        while row >= 0 and len(out) < 512:
-            if self.ts[row] <= t < self.end[row]:
-                out.append(row)
-            row = int(self.parent[row])
-        return out
+        return [r for r in self._ancestors(row) if self.ts[r] <= t < self.end[r]]
+
+    def _ancestors(self, row: int) -> list[int]:
+        """``row`` and all its ancestors, innermost first (memoised: allocations share their operators)."""
+        hit = self._memo.get(row)
+        if hit is None:
+            hit = []
+            r = row
+            while r >= 0 and len(hit) < 512:
+                hit.append(r)
+                r = int(self.parent[r])
+            self._memo[row] = hit
+        return hit
 
     def _named(self, row: int, t: float) -> list[int]:
         """Operators and annotations open at ``t`` (not the step annotation, which 2021 traces record as
