@@ -182,6 +182,7 @@ class Finding(TypedDict, total=False):
     rank: int | None  # the rank the share belongs to, where one applies
     predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
     severity: str  # NCCL findings: the diagnosis' severity, "error" | "warning" ("info" never becomes a finding)
+    memory_bytes: float | None  # memory findings (category "memory", no step time): the bytes at stake
 
 
 class LayoutGroup(TypedDict):
@@ -254,6 +255,63 @@ class NcclSummary(TypedDict, total=False):
     #   pct_of_peak}], late_ranks [{rank, host, pid, times_last, of, wait_caused_us, wait_share, slow}]}],
     #   slow_collectives, slow_collectives_total, p2p
     lines_parsed: int
+class MemoryRank(TypedDict, total=False):
+    """One rank's memory on its primary device (the accelerator with the highest peak; docs/memory.md).
+
+    Bytes are bytes (``_bytes``); times are µs on the rank's host clock. ``peak_allocated_bytes``
+    counts from the window start when ``baseline_known`` is false (2021 traces, the CPU)."""
+
+    rank: int
+    device: str  # "cuda:0", "hip:0", "cpu"
+    peak_allocated_bytes: int  # largest Total Allocated in the window
+    peak_reserved_bytes: int | None  # largest Total Reserved (None: not recorded, e.g. the CPU)
+    headroom_bytes: int | None  # device memory - peak reserved (None: capacity or baseline unknown)
+    peak_step: int | None  # ProfilerStep holding the peak
+    peak_phase: str | None  # forward | backward | optimizer | other
+    peak_operator: str | None  # outermost cpu_op running when the peak was reached
+    fragmentation_bytes: int | None  # reserved - allocated at the peak
+    growth_per_step_bytes: float | None  # allocated at the step start: (last - first) / (steps - 1)
+    leak: bool  # the step-start level rose at every step boundary (>= 3 steps, > 1 MiB in all)
+    # extras
+    events: int
+    totals_recorded: bool
+    baseline_known: bool
+    reserved_recorded: bool
+    window_start_allocated_bytes: int | None
+    peak_us: float
+    peak_offset_us: float | None  # from the start of the peak's step
+    peak_op_innermost: str | None
+    peak_context: list[str]  # enclosing operators/annotations, outermost first
+    floor_allocated_bytes: int  # lowest allocated level in the window
+    reserved_at_peak_bytes: int | None
+    fragmentation_pct: float | None
+    capacity_bytes: int | None
+    capacity_source: str | None  # "deviceProperties" | "catalogue (<part>, nominal)"
+    headroom_pct: float | None
+    # {step, events, start_allocated_bytes, peak_allocated_bytes, peak_offset_us, peak_reserved_bytes}
+    steps: list[dict[str, Any]]
+    live_at_peak: list[dict[str, Any]]  # {operator, bytes, allocations}: allocated in the window, live at the peak
+    live_in_window_bytes: int
+    live_before_window_bytes: int | None
+    other_devices: list[dict[str, Any]]  # {device, peak_allocated_bytes}
+
+
+class Memory(TypedDict, total=False):
+    """Where the memory goes (``--profile-memory`` traces and memory snapshots; docs/memory.md). The
+    document's ``memory`` is null when no rank recorded memory events and no snapshot was read."""
+
+    ranks: list[MemoryRank]
+    peak_rank: int | None  # highest peak allocated (lowest rank on a tie)
+    peak_allocated_bytes: int | None
+    median_peak_allocated_bytes: float | None
+    imbalance_bytes: float | None  # highest peak - median peak
+    leak_ranks: list[int]
+    model: dict[str, Any] | None  # --params: the guide's training state per GPU beside the measurement
+    snapshots: list[dict[str, Any]]  # {file, rank, oom, devices: [{device, peak_allocated_bytes, top_frames, ...}]}
+    # extras
+    min_peak_allocated_bytes: int | None
+    imbalance_pct: float | None
+    timeline: dict[str, Any] | None  # the peak rank's step: {rank, device, step, t_us, allocated, reserved, phases}
 
 
 class Report(TypedDict, total=False):
@@ -278,3 +336,4 @@ class Report(TypedDict, total=False):
     nccl: dict[str, Any] | None  # NCCL logs + Inspector files: keys in NcclSummary
     drift: dict[str, Any]  # only with --cycle all: per-cycle numbers + growth first -> last (analysis.drift)
     step_timeline: dict[str, Any] | None  # analysis.step_timeline.job_timeline: real GPU intervals of two steps
+    memory: Memory | None  # analysis.memory: peak, timeline, headroom per rank; null without memory events

@@ -9,15 +9,18 @@ the map. The pipeline bubble uses each stage's ``stage_activity`` carried in its
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
 from traceread.build.rank_map import RankSummary
-from traceread.errors import guarded
+from traceread.errors import TraceFileError, guarded
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
 from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
 from traceread.report_schema import Report
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Memory
 
 
 def assign_ranks(summaries: list[RankSummary]) -> list[str]:
@@ -193,6 +196,37 @@ def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, pipeline: 
             activity[r] = s.stage_activity
     offsets = clock.offsets_us if clock is not None else None
     return pipeline.detect_pipeline(matched, activity, offsets)
+
+
+def memory(report: Report, summaries: list[RankSummary], opts: ReportOptions, warnings: list[str],
+           snapshot_files: list[Any]) -> None:
+    """``report["memory"]`` (analysis.memory.job): the ranks' memory summaries compared, the guide's model
+    with --params, and the memory snapshots (the OOM ones and the peak rank's first); stays None
+    without memory events and snapshots."""
+    from traceread.analysis.memory import snapshot as snap
+    from traceread.analysis.memory.job import job_memory
+
+    per_rank = {s.entry["rank"]: s.memory for s in summaries if s.memory}
+    peak = max(per_rank, key=lambda r: (per_rank[r]["devices"][0]["peak_allocated_bytes"], -r)) if per_rank else None
+    def read(f: Any) -> Any:
+        try:
+            return snap.read_snapshot(f)
+        except TraceFileError as exc:  # bad input: one line naming the file; the others are read
+            warnings.append(str(exc))
+            return None
+
+    snaps = []
+    for f in snap.choose(snapshot_files, peak):
+        res = guarded(f"memory snapshot {f}", warnings, partial(read, f))
+        if res is not None:
+            snaps.append(res)
+    if len(snapshot_files) > snap.MAX_SNAPSHOTS:
+        warnings.append(f"memory: {len(snapshot_files)} snapshots found, {snap.MAX_SNAPSHOTS} read "
+                        "(those after an OOM and the peak rank's first)")
+    report["memory"] = cast("Memory | None", job_memory(
+        per_rank, layout=report.get("layout"), world_size=(report.get("source") or {}).get("world_size"),
+        params=opts.params, zero_stage=opts.zero_stage, dtype=opts.param_dtype, optimizer=opts.optimizer,
+        master_weights=opts.master_weights, snapshots=snaps))
 
 
 def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> None:

@@ -49,6 +49,7 @@ class RankSummary:
     timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
     warm_names: dict[str, float] = field(default_factory=dict)  # analysis.warmup.warm_names_of: start-up events
+    memory: dict[str, Any] | None = None  # analysis.memory.rank.rank_memory: [memory] events (profile_memory=True)
 
     def set_rank(self, rank: int) -> None:
         """Renumber the rank everywhere it is written (entry and every frame with a ``rank`` column)."""
@@ -260,7 +261,17 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         stage_activity=_stage_activity(rt, comm, wtab, warnings),
         timeline=guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
         warm_names=guarded(f"rank {rt.rank}: start-up events", warnings, lambda: warmup.warm_names_of(rt.host), {}),
+        memory=_memory(rt, spec_file, warnings),
     )
+
+
+def _memory(rt: RankTrace, spec_file: Path | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The rank's memory summary, only for traces recorded with ``profile_memory=True``."""
+    if not rt.memory.height:
+        return None
+    from traceread.analysis.memory.rank import rank_memory
+
+    return guarded(f"rank {rt.rank}: memory", warnings, lambda: rank_memory(rt, spec_file))
 
 
 def _stage_activity(rt: RankTrace, comm: pl.DataFrame, wtab: pl.DataFrame, warnings: list[str]) -> pl.DataFrame | None:

@@ -27,7 +27,7 @@ from traceread.report_schema import SCHEMA_ID, RankEntry, Report
 __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
 
 #: Folders and files of a collected run folder that analyses read besides the traces (document key).
-RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject")
+RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject", "memory")
 RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 
@@ -89,7 +89,8 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
     if root is not None and found.files and not found.missing:
-        key = caches.document_key([str(p) for p in paths], found.files, _side_files(paths, run_dir), opts.analysis_key(),
+        key = caches.document_key([str(p) for p in paths], found.files,
+                                  _side_files(paths, run_dir) + [Path(p) for p in opts.snapshots], opts.analysis_key(),
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
@@ -182,7 +183,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         },
         "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
-        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
+        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
     if summaries:
         matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
@@ -195,6 +196,11 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         report["step_timeline"] = guarded("step timeline", warnings, lambda: job_timeline(
             {s.entry["rank"]: s.timeline for s in summaries if s.timeline is not None}, report))
         crossrank.formula_mfu(report, opts, warnings)
+    from traceread.analysis.memory.snapshot import find_snapshots
+
+    snapshot_files = guarded("memory snapshot search", warnings,
+                             lambda: find_snapshots([str(p) for p in paths], run_dir, opts.snapshots), [])
+    guarded("memory", warnings, lambda: crossrank.memory(report, summaries, opts, warnings, snapshot_files))
 
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])

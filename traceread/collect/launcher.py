@@ -29,6 +29,7 @@ from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines
 
 SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors")
+OPTIONAL_SUBDIRS = ("memory",)  # created only when asked for (--memory-snapshot)
 EXIT_HANG_KILLED = 124  # --on-hang kill, when the killed command itself exited 0
 EXIT_NOT_FOUND = 127
 
@@ -49,6 +50,7 @@ class CollectOptions:
     record_shapes: bool = True
     with_stack: bool = False
     profile_memory: bool = False
+    memory_snapshot: bool = False  # RUN/memory/rank{R}.pickle at the window's end, rank{R}_oom.pickle on OOM
     profile: bool = True
     inject: bool = True
     hang_timeout_s: float | None = None
@@ -69,7 +71,8 @@ class CollectOptions:
         return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
                 "every": self.every, "max_cycles": self.max_cycles,
                 "ranks": self.ranks, "record_shapes": self.record_shapes, "with_stack": self.with_stack,
-                "profile_memory": self.profile_memory, "profile": self.profile}
+                "profile_memory": self.profile_memory or self.memory_snapshot,
+                "memory_snapshot": self.memory_snapshot, "profile": self.profile}
 
 
 def multi_node_env(env: dict[str, str] | None = None) -> bool:
@@ -163,7 +166,7 @@ class _Tee:
 def prepare_host_dir(host_dir: Path, overwrite: bool) -> None:
     """Refuse to mix two runs in one folder; with ``overwrite`` remove what an earlier run wrote."""
     earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log") if (host_dir / n).exists()]
-    earlier += [p for sub in SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
+    earlier += [p for sub in SUBDIRS + OPTIONAL_SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
     if earlier and not overwrite:
         raise TraceReadError("already holds a collected run; choose a new folder or pass --overwrite",
                              str(host_dir))
@@ -190,7 +193,7 @@ def run_collect(opts: CollectOptions) -> int:
     run_root = opts.run_dir.resolve()
     host_dir, layout = host_dir_for(run_root, opts.layout)
     prepare_host_dir(host_dir, opts.overwrite)
-    for sub in SUBDIRS:
+    for sub in SUBDIRS + (("memory",) if opts.memory_snapshot else ()):
         (host_dir / sub).mkdir(parents=True, exist_ok=True)
     env, added = collect_env(host_dir, os.environ, opts.profiler_config(), os.getpid(),
                              inject=opts.inject, fr_buffer=opts.fr_buffer)
@@ -375,7 +378,9 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
 def _inventory(host_dir: Path) -> dict[str, list[str]]:
     """Relative paths of what was collected, per kind (so a reader knows what to expect)."""
     out = {}
-    for sub in ("traces", "fr", "stacks", "errors", "nccl"):
+    for sub in ("traces", "fr", "stacks", "errors", "nccl", "memory"):
+        if sub == "memory" and not (host_dir / sub).is_dir():
+            continue
         out[sub] = sorted(str(p.relative_to(host_dir)) for p in (host_dir / sub).glob("*")
                           if p.is_file() and not p.name.startswith("."))
     return out

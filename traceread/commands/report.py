@@ -78,12 +78,25 @@ def _unwritable(path: Path, exc: OSError) -> click.ClickException:
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
 @click.option("--no-cache", is_flag=True,
               help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
-@click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
+@click.option("--params", type=float, metavar="N",
+              help="Model parameters: the memory model (weights, gradients, optimizer state per GPU) and, with "
+                   "--tokens-per-step, MFU = 6·N·tokens ÷ (peak × step time).")
 @click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
 @click.option("--n-layers", type=click.IntRange(min=1), metavar="L",
               help="Transformer layers: with --seq-len and --d-model adds attention's 12·L·s·d FLOPs per token to MFU.")
 @click.option("--seq-len", type=click.IntRange(min=1), metavar="S", help="Sequence length (with --n-layers, --d-model).")
 @click.option("--d-model", type=click.IntRange(min=1), metavar="D", help="Hidden size (with --n-layers, --seq-len).")
+@click.option("--zero-stage", type=click.IntRange(0, 3), default=None, metavar="0-3",
+              help="Memory model (with --params): ZeRO stage (default: 3 when the layout finds an FSDP group, else 0).")
+@click.option("--param-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
+              help="Memory model: dtype of the weights and gradients.")
+@click.option("--optimizer", type=click.Choice(["adamw", "adam", "sgd-momentum", "sgd"]), default="adamw",
+              show_default=True, help="Memory model: the optimizer whose fp32 state each parameter keeps (8, 8, 4, 0 bytes).")
+@click.option("--master-weights", is_flag=True,
+              help="Memory model: the optimizer also keeps an fp32 master copy of the weights (4 bytes per parameter).")
+@click.option("--snapshot", "snapshots", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A memory snapshot (torch.cuda.memory._dump_snapshot pickle) to read; repeatable. RUN/memory/ "
+                   "and files named *snapshot*.pickle in PATHS are found without it.")
 @click.option("--device-spec", type=click.Path(exists=True, dir_okay=False),
               help="JSON/TOML file with peak FLOP/s and bandwidth for GPUs the built-in table lacks.")
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
@@ -111,7 +124,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
            device_spec: str | None, top: int, workers: int | None, no_html: bool, executor: str,
            ray_address: str | None, node_local: bool, storage_options: str | None, cycle: str,
-           max_rank_bytes: str) -> None:
+           max_rank_bytes: str, zero_stage: int | None, param_dtype: str, optimizer: str, master_weights: bool,
+           snapshots: tuple[str, ...]) -> None:
     """Say where each step's time goes, rank by rank, and what to change.
 
     PATHS are run folders (searched recursively), trace files (*.pt.trace.json[.gz]) or globs.
@@ -126,6 +140,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
       traceread report runs/long --cycle all          # every profiling cycle + what grew over time
       traceread report tb_logs/ --cycle 2             # one cycle of a tensorboard_trace_handler folder
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304
+      traceread report runs/mem --params 7e9 --zero-stage 1    # memory: measured vs weights/grads/optimizer
       traceread report runs/exp1 --params 7e9 --tokens-per-step 4194304 \\
           --n-layers 32 --seq-len 4096 --d-model 4096      # MFU with the attention term
       traceread report s3://bucket/run7/ --executor ray --ray-address auto   # ranks as Ray tasks
@@ -138,8 +153,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     """
     from traceread.build.report import NothingUsableError, ReportOptions, build_report
 
-    if (params is None) != (tokens_per_step is None):
-        raise click.UsageError("--params and --tokens-per-step go together (MFU needs both)")
+    if tokens_per_step is not None and params is None:
+        raise click.UsageError("--tokens-per-step needs --params (MFU = 6·N·tokens)")
     shape = (n_layers, seq_len, d_model)
     if any(v is not None for v in shape) and (None in shape or params is None):
         raise click.UsageError("--n-layers, --seq-len and --d-model go together, with --params and --tokens-per-step")
@@ -153,7 +168,9 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
                          device_spec=Path(device_spec) if device_spec else None, cycle=cycle, executor=executor,
                          ray_address=ray_address, node_local=node_local,
-                         storage_options=_storage_options(storage_options))
+                         storage_options=_storage_options(storage_options), zero_stage=zero_stage,
+                         param_dtype=param_dtype, optimizer=optimizer, master_weights=master_weights,
+                         snapshots=[Path(p) for p in snapshots])
     try:
         if cycle.strip().lower() == "all":
             from traceread.compare.cycles import build_all_cycles

@@ -79,6 +79,14 @@ def _slow_step(value: str) -> tuple[int, str, float]:
               help="tp: TP all-reduce kernel (custom_allreduce default: multimem).")
 @click.option("--loader-us", default=0.0, show_default=True,
               help="Extra data-loader time on the host every step (host_bound default 6000).")
+@click.option("--memory", is_flag=True, default=False,
+              help="ddp family: record [memory] events (profile_memory=True) with the training state allocated "
+                   "before the window, and write rank{r}.memory_snapshot.pickle (torch's snapshot format).")
+@click.option("--leak-bytes", default=0, show_default=True, type=click.IntRange(0),
+              help="With --memory: bytes every step keeps alive for good (like losses.append(loss)).")
+@click.option("--activation-factor", "act_factors", multiple=True,
+              callback=lambda c, p, v: [_act_factor(x) for x in v],
+              help="With --memory: RANK:FACTOR, that rank's activations are FACTOR x larger (repeatable).")
 @click.pass_context
 def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
              straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
@@ -107,6 +115,8 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
       traceread simulate moe -o /tmp/moe --hot-rank 5 --hot-factor 4
       traceread simulate custom_allreduce -o /tmp/car --allreduce-kernel vllm
       traceread simulate host_bound -o /tmp/hb --loader-us 8000
+      traceread simulate ddp -o /tmp/mem --ranks 4 --memory --leak-bytes 67108864 --activation-factor 2:1.5
+      traceread simulate ddp -o /tmp/zero3 --ranks 4 --comm fsdp --memory   # ZeRO-3 memory
       traceread report /tmp/ddp
     """
     from traceread.simulate import simulate as run
@@ -146,12 +156,27 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
     if truth["pipeline"]:
         p = truth["pipeline"]
         click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
+    mt = truth.get("memory")
+    if mt:
+        click.echo(f"memory: peak {mt['peak_allocated_bytes'] / 1e9:.2f} GB allocated on rank {mt['peak_rank']} "
+                   f"(median {mt['median_peak_allocated_bytes'] / 1e9:.2f} GB)"
+                   + (f", leaking on ranks {mt['leak_ranks']}" if mt["leak_ranks"] else ""))
     led = truth["ledger"]
     top = sorted(led["parts"], key=lambda x: -x["us"])[:3]
     parts = ", ".join(f"{x['category']}{':' + x['role'] if x['role'] else ''} rank {x['rank']} "
                       f"{x['us'] / 1000:.2f} ms" for x in top)
     click.echo(f"job ledger, step {led['step']} ({led['step_us'] / 1000:.2f} ms, critical rank "
                f"{led['critical_rank']}): {parts}")
+
+
+def _act_factor(value: str) -> tuple[int, float]:
+    rank, sep, factor = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(rank), float(factor)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected RANK:FACTOR, e.g. 3:1.5") from None
 
 
 def _pick(values: tuple[T, ...], i: int, default: T, flag: str) -> T:

@@ -10,7 +10,7 @@ foreign file) is a miss and the entry is rewritten. Cache trouble is never an er
 
 Data only, never pickles, so a file in the cache directory can never run code, whoever wrote it:
 
-- parse cache: one folder per trace file, its four tables as parquet + ``meta.json`` (key, rank,
+- parse cache: one folder per trace file, its five tables as parquet + ``meta.json`` (key, rank,
   meta) — see :func:`load_tables` / :func:`store_tables`;
 - summary cache: one msgpack file per rank and variant. :func:`encode_summary` is generic over the
   fields of :class:`traceread.build.rank_map.RankSummary`: a polars DataFrame field becomes Arrow IPC bytes,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 FORMAT = "traceread.cache/2"
 SUMMARY_FOLDER = "summaries"
 DOCUMENT_FOLDER = "documents"
-TABLES = ("gpu", "host", "steps", "flows")
+TABLES = ("gpu", "host", "steps", "flows", "memory")
 
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
@@ -170,10 +170,19 @@ def load_tables(f: Any, root: Path) -> Any:
     try:
         import polars as pl
 
-        from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace
+        from traceread.model import (
+            FLOW_SCHEMA,
+            GPU_SCHEMA,
+            HOST_SCHEMA,
+            MEMORY_SCHEMA,
+            STEP_SCHEMA,
+            RankMeta,
+            RankTrace,
+        )
         from traceread.read.columns import null_series
 
-        schemas = {"gpu": GPU_SCHEMA, "host": HOST_SCHEMA, "steps": STEP_SCHEMA, "flows": FLOW_SCHEMA}
+        schemas = {"gpu": GPU_SCHEMA, "host": HOST_SCHEMA, "steps": STEP_SCHEMA, "flows": FLOW_SCHEMA,
+                   "memory": MEMORY_SCHEMA}
         d = entry_dir(root, f)
         info_file = d / "meta.json"
         if not info_file.is_file():

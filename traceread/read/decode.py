@@ -1,7 +1,7 @@
 """Decode trace text into typed events (the bytes come from :mod:`traceread.read.inflate`).
 
 Why typed msgspec Structs: the decoder skips every field we do not keep (``Call stack``, python
-ids, memory-event payloads) without building Python objects for it, which is what makes a 50 MB
+ids, ``Ev Idx``) without building Python objects for it, which is what makes a 50 MB
 trace decode in a fraction of a second. Every failure becomes one :class:`TraceFileError` line
 naming the file and, when the decoder knows it, the byte offset.
 """
@@ -60,6 +60,13 @@ class Args(msgspec.Struct, gc=False):
     comms_id: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Comms Id")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    # ``[memory]`` instant events (``profile_memory=True``): one allocation (Bytes > 0) or free (< 0)
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    addr: Any = msgspec.field(default=None, name="Addr")
 
 
 class Event(msgspec.Struct, gc=False):

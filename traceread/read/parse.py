@@ -15,9 +15,11 @@ from traceread.read.decode import Event, decode_all, decode_top
 from traceread.read.events import (
     finish_gpu,
     finish_host,
+    finish_memory,
     flow_points,
     gpu_frame,
     host_frame,
+    memory_frame,
     pair_flows,
     partition_with_cats,
 )
@@ -133,21 +135,24 @@ def _tabulate(
     """Batches of events -> the rank's tables; ``top`` gives the top-level values and keys once
     the events are consumed (a streamed file's trailing keys are known only then)."""
     counts: Counter[str] = Counter()
-    gpu_parts, host_parts, flow_parts = [], [], []
+    gpu_parts, host_parts, flow_parts, mem_parts = [], [], [], []
     for batch in batches:
-        (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat) = partition_with_cats(
+        (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat), mem_evs = partition_with_cats(
             batch, counts
         )
         del batch
         gpu_parts.append(gpu_frame(gpu_evs, p, gpu_cat))
         host_parts.append(host_frame(host_evs, p, host_cat))
         flow_parts.append(flow_points(flow_evs, flow_cat))
-        del gpu_evs, host_evs, flow_evs
+        if mem_evs:
+            mem_parts.append(memory_frame(mem_evs))
+        del gpu_evs, host_evs, flow_evs, mem_evs
     values, keys = top()
     gpu = finish_gpu(gpu_parts)
     host = finish_host(host_parts)
     flows = pair_flows(flow_parts)
-    del gpu_parts, host_parts, flow_parts
+    memory = finish_memory(mem_parts)
+    del gpu_parts, host_parts, flow_parts, mem_parts
     host, op_anc = nest(host)
     gpu = link(gpu, host, op_anc)
     meta = build_meta(values, keys, gpu, dict(counts))
@@ -159,6 +164,7 @@ def _tabulate(
         host=host,
         steps=steps_frame(host),
         flows=flows,
+        memory=memory,
     )
     identify(rt, single=True)
     return rt

@@ -30,7 +30,7 @@ from traceread.build.queries import coll_time, host_bound_per_step, median_step_
 from traceread.fmt import export_command, ms, nbytes, pct, rank_list
 from traceread.render import charts, terminal
 from traceread.render.json_report import _jsonable
-from traceread.report_schema import Report
+from traceread.report_schema import MemoryRank, Report
 
 TEMPLATES = Path(__file__).with_name("templates")
 PLOTLY_ASSET = Path(__file__).with_name("assets") / "plotly-cartesian.min.js"
@@ -154,6 +154,10 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
         "slow_steps": ("A step is flagged slow when it takes clearly longer than the median step; the cause says "
                        "which part of the breakdown grew (or which rank held everyone up)."),
     }
+    from traceread.render import memory_view
+
+    figs["memory"] = memory_view.memory_figure(report)  # type: ignore[arg-type]
+    text["memory"] = memory_view.explanation(report)  # type: ignore[arg-type]
     return {k: {"chart": (k if figs.get(k, (None,))[0] is not None else None),
                 "reason": figs.get(k, (None, None))[1], "text": text.get(k, "")}
             for k in text} | {"_figs": {k: f for k, (f, _) in figs.items() if f is not None}}
@@ -193,8 +197,21 @@ def render_html(report: Report, *, title: str | None = None) -> str:
         steps=total_steps(report), version=__version__, floor_us=charts.busbw_floor_us,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nccl_items=_nccl_items(report.get("nccl")),
+        memory_ranks=_memory_ranks(report), memory_model=_memory_model(report),
         drift_html=_drift_html(report),
     )
+
+
+def _memory_ranks(report: Report) -> list[MemoryRank]:
+    """Ranks of the memory table, highest peak first (at most MAX_TABLE_RANKS; the JSON has all)."""
+    rows = list((report.get("memory") or {}).get("ranks") or [])
+    return sorted(rows, key=lambda r: (-(r.get("peak_allocated_bytes") or 0), r.get("rank", 0)))[:MAX_TABLE_RANKS]
+
+
+def _memory_model(report: Report) -> list[tuple[str, str]]:
+    from traceread.render.memory_view import model_rows
+
+    return model_rows(report)  # type: ignore[arg-type]
 
 
 def _drift_html(report: Report) -> Any:

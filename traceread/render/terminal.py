@@ -42,6 +42,9 @@ def answer(report: Report) -> tuple[str, str | None]:
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
+    if f.get("category") == "memory":  # memory findings cost no step time: they say what they hold
+        return f"{f['title']} [memory{', rank ' + str(f['rank']) if f.get('rank') is not None else ''}]", \
+            next(iter(f.get("suggestions") or []), None)
     share = f" = {pct(f.get('impact_pct'))} of the step" if f.get("impact_pct") is not None else ""
     where = ", ".join(x for x in (f.get("category"), f.get("role") and f"role {f.get('role')}",
                                   f.get("rank") is not None and f"rank {f.get('rank')}") if x) if f["id"] != "hang" else ""
@@ -63,7 +66,10 @@ def _findings_table(report: Report, top: int, bx: box.Box) -> Table:
         body = Text(f["title"], style="bold")
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + s, style="green")
-        t.add_row(str(i), ms(f["impact_us_per_step"]), pct(f.get("impact_pct"), 0), body)
+        if f.get("category") == "memory":  # no step time: the bytes at stake instead
+            t.add_row(str(i), "memory", nbytes(f.get("memory_bytes")), body)
+        else:
+            t.add_row(str(i), ms(f["impact_us_per_step"]), pct(f.get("impact_pct"), 0), body)
     return t
 
 
@@ -203,7 +209,10 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     ct = _collectives_table(report, top, bx)
     if ct is not None:
         console.print(ct)
-    for line in _other_lines(report, top) + nccl_lines(report):
+    from traceread.render.memory_view import terminal_line
+
+    memory = terminal_line(report)  # type: ignore[arg-type]
+    for line in _other_lines(report, top) + ([memory] if memory else []) + nccl_lines(report):
         console.print(Text(line))
     from traceread.render.drift_view import render_terminal as render_drift
 

@@ -31,6 +31,7 @@ def knobs_from(**knobs: Any) -> Knobs:
 def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]:
     """Run ``scenario`` with ``knobs`` (fields of :class:`Knobs`), write the traces and truth.json, return the truth."""
     from traceread.simulate.kineto import T0_NS, write_rank
+    from traceread.simulate.memory import write_snapshot
     from traceread.simulate.scenarios import SCENARIO_DEFAULTS
     from traceread.simulate.truth import build_truth
 
@@ -46,9 +47,13 @@ def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]
         old.unlink()
     per_host = k.per_node()
     offsets = [int(round(k.skew_us * 1000)) * (r // per_host) for r in range(k.ranks)]
+    for old in sorted(out.glob("rank*.memory_snapshot.pickle")):
+        old.unlink()
     for ctx in built.sim.ranks:
         write_rank(out / f"rank{ctx.rank}.pt.trace.json.gz", ctx, built.pgs[ctx.rank], k.ranks, per_host,
                    offsets[ctx.rank])
+        if ctx.mem is not None:
+            write_snapshot(out / f"rank{ctx.rank}.memory_snapshot.pickle", ctx.mem)
     baseline = None
     if k.stragglers:  # what-if: the same job without its stragglers, to price them in step time
         baseline = build(scenario, replace(k, stragglers=[]))

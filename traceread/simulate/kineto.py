@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.simulate.comm import ProcessGroup, comm_args
+from traceread.simulate.memory import memory_event_json
 from traceread.simulate.schedule import MAX_GPUS_PER_MACHINE, GpuOp, HostEvent, RankCtx
 
 #: ``baseTimeNanoseconds`` (a trimonth boundary, as Kineto floors it) and the trace-clock origin
@@ -70,6 +71,8 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
     events: list[dict[str, Any]] = []
     host = sorted(ctx.events, key=lambda e: (e.ts, -e.dur))
     events += [_host(e, pid, off) for e in host]
+    if ctx.mem is not None:  # --memory: the allocator's instant events (profile_memory=True)
+        events += [memory_event_json(ev, pid, dev_id, _t(ev.ts + off), i) for i, ev in enumerate(ctx.mem.events)]
     gpu = sorted(ctx.gpu, key=lambda o: (o.start, o.stream))
     events += [_gpu(o, dev_id, off) for o in gpu]
     flows: list[dict[str, Any]] = []
@@ -120,6 +123,7 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
             "pg_config": [pg.config() for pg in pgs], "nccl_version": NCCL_VERSION,
         },
         "record_shapes": 1,
+        **({"profile_memory": 1} if ctx.mem is not None else {}),
         "traceEvents": meta + events + flows + tail,
         "traceName": f"rank{ctx.rank}.pt.trace.json",
         "displayTimeUnit": "ms",

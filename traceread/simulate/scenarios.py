@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from traceread.simulate import memory as mem
 from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
 from traceread.simulate.devices import get_device
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
+from traceread.simulate.memory import Allocator, Handle
 from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation
 
 SCENARIOS: dict[str, str] = {
@@ -46,6 +48,9 @@ SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
     "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
 }
+
+#: Scenarios that can record memory (``--memory``): the data-parallel program (DDP or FSDP).
+MEMORY_SCENARIOS = ("ddp", "slow_steps", "fsdp_exposed", "host_bound")
 
 STREAM_DP = 13  # NCCL stream of the data-parallel / default group
 STREAM_TP = 17
@@ -93,6 +98,9 @@ class Knobs:
     hot_factor: float = 3.0  # moe: tokens routed to the hot rank's expert, x the fair share
     allreduce_kernel: str = "nccl"  # tp/custom_allreduce TP all-reduce: nccl | multimem | vllm
     loader_us: float = 0.0  # every step: extra data-loader time on the host before the batch is copied
+    memory: bool = False  # ddp family: record [memory] events (profile_memory) and write a memory snapshot per rank
+    leak_bytes: int = 0  # memory: bytes each step keeps alive for good (losses.append(loss))
+    act_factors: list[tuple[int, float]] = field(default_factory=list)  # memory: (rank, x activation bytes)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -153,6 +161,17 @@ class Knobs:
             raise ValueError("--allreduce-kernel must be nccl, multimem or vllm")
         if self.loader_us < 0:
             raise ValueError("--loader-us must be >= 0")
+        if (self.memory or self.leak_bytes or self.act_factors) and scenario not in MEMORY_SCENARIOS:
+            raise ValueError(f"--memory is simulated for {', '.join(MEMORY_SCENARIOS)} (data parallel / FSDP)")
+        if (self.leak_bytes or self.act_factors) and not self.memory:
+            raise ValueError("--leak-bytes and --activation-factor need --memory")
+        if self.leak_bytes < 0:
+            raise ValueError("--leak-bytes must be >= 0")
+        for r, f in self.act_factors:
+            if not 0 <= r < self.ranks or f <= 0:
+                raise ValueError(f"--activation-factor {r}:{f}: rank outside 0..{self.ranks - 1} or factor <= 0")
+        if self.memory and self.comm == "fsdp" and (layer_params(self.hidden) % self.ranks):
+            raise ValueError(f"--memory with --comm fsdp: --ranks {self.ranks} must divide a layer's parameters")
 
 
 @dataclass
@@ -203,9 +222,26 @@ class Block:
     """Forward and backward of one decoder block on one rank (optionally tensor-parallel)."""
 
     def __init__(self, em: Emitter, k: Knobs, m: int, batch: int, tp: int = 1,
-                 tp_pg: ProcessGroup | None = None) -> None:
+                 tp_pg: ProcessGroup | None = None, act_factor: float = 1.0) -> None:
         self.em, self.k, self.m, self.batch, self.tp, self.tp_pg = em, k, m, batch, tp, tp_pg
         self.seqs: dict[str, int] = {}
+        self.act_factor = act_factor
+        self.saved: list[Handle] = []  # activations saved for backward (memory scenarios)
+        self.temps: list[Handle] = []
+
+    def _act(self, width: int, where: dict[str, object]) -> None:
+        """The next op's output [m, width] in bf16, saved for backward (allocated only with an allocator)."""
+        if self.em.ctx.mem is None:
+            return
+        n = int(round(2 * self.m * width * self.act_factor))
+        self.saved.append(self.em.ctx.alloc_next(Handle(n, [where, mem.MODULE_CALL, mem.TRAIN_STEP_FWD], "activation")))
+
+    def _temp(self, width: int) -> None:
+        """A gradient buffer [m, width] the next backward op allocates, freed when the layer's backward ends."""
+        if self.em.ctx.mem is None:
+            return
+        n = int(round(2 * self.m * width * self.act_factor))
+        self.temps.append(self.em.ctx.alloc_next(Handle(n, [mem.AUTOGRAD, mem.TRAIN_STEP_BWD], "backward_temp")))
 
     def _tp_allreduce(self, last: GpuOp, phase: str) -> GpuOp:
         assert self.tp_pg is not None
@@ -217,19 +253,27 @@ class Block:
         h, ctx = k.hidden, self.em.ctx
         s = {n: ctx.next_seq() for n in ("ln1", "qkv", "attn", "proj", "add1", "ln2", "fc1", "gelu", "fc2", "add2")}
         self.seqs = s
+        self._act(h, mem.MODEL_BLOCK)
         first = em.layer_norm(m, h, seq=s["ln1"], phase=phase)
         if first_waits:
             first.waits.extend(first_waits)
+        self._act(3 * h // tp, mem.MODEL_ATTN)
         em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)
+        self._act(h // tp, mem.MODEL_ATTN)
         em.sdpa(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
+        self._act(h, mem.MODEL_ATTN)
         last = em.linear(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
         add = em.add_(m, h, phase=phase)
         if waits:
             add.waits.extend(waits)
+        self._act(h, mem.MODEL_BLOCK)
         em.layer_norm(m, h, seq=s["ln2"], phase=phase)
+        self._act(4 * h // tp, mem.MODEL_MLP)
         em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)
+        self._act(4 * h // tp, mem.MODEL_MLP)
         em.gelu(m, 4 * h // tp, seq=s["gelu"], phase=phase)
+        self._act(h, mem.MODEL_MLP)
         last = em.linear(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
         out = em.add_(m, h, phase=phase)
@@ -240,9 +284,11 @@ class Block:
     def backward(self, first_waits: list[GpuOp] | None = None, phase: str = "bwd") -> GpuOp:
         em, k, m, tp, s = self.em, self.k, self.m, self.tp, self.seqs
         h = k.hidden
+        self._temp(h)
         first = em.add_backward(m, h, seq=s["add2"], phase=phase)
         if first_waits:
             first.waits.extend(first_waits)
+        self._temp(4 * h // tp)
         em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
         em.gelu_backward(m, 4 * h // tp, seq=s["gelu"], phase=phase)
         last = em.linear_backward(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)[0]
@@ -258,6 +304,8 @@ class Block:
         out = em.layer_norm_backward(m, h, seq=s["ln1"], phase=phase)
         if waits:
             out.waits.extend(waits)
+        em.ctx.free(*self.temps, *reversed(self.saved))  # the layer's gradient buffers and saved activations
+        self.temps, self.saved = [], []
         return out
 
 
@@ -308,11 +356,37 @@ def _checkpoint(ctx: RankCtx, k: Knobs, ns: int, params: int) -> Program:
 # ---- data parallel ------------------------------------------------------------------------------------
 
 
+def act_factor(k: Knobs, rank: int) -> float:
+    """``--activation-factor`` of a rank (1 when not given): its activations are that much larger."""
+    return next((f for r, f in reversed(k.act_factors) if r == rank), 1.0)
+
+
+def training_state(k: Knobs, ranks: int) -> list[Handle]:
+    """Weights, gradients and AdamW's two moments of every layer on one rank, allocated before the
+    window: bf16 weights and gradients (2 bytes per parameter each) and fp32 moments (4 + 4), sharded
+    over the ranks with FSDP (``--comm fsdp``, ZeRO-3), whole with DDP."""
+    shard = ranks if k.comm == "fsdp" else 1
+    p = layer_params(k.hidden) // shard
+    out: list[Handle] = []
+    for _ in range(k.layers):
+        out.append(Handle(2 * p, [mem.TRAIN_INIT], "weights"))
+        out.append(Handle(2 * p, [mem.AUTOGRAD, mem.TRAIN_STEP_BWD], "gradients"))
+        if k.optimizer:
+            out += [Handle(4 * p, [mem.ADAMW, mem.TRAIN_OPT], "optimizer_state") for _ in range(2)]
+    return out
+
+
 def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
     em = Emitter(ctx)
     m = k.batch * k.seq_len
     params_layer = layer_params(k.hidden)
     n = len(dp.ranks)
+    af = act_factor(k, ctx.rank)
+
+    def gathered(phase_frame: dict[str, object]) -> Handle:
+        """FSDP: the layer's whole bf16 parameters, all-gathered for its forward or backward."""
+        return ctx.alloc_next(Handle(2 * params_layer, [mem.FSDP_UNSHARD, mem.MODULE_CALL, phase_frame],
+                                     "gathered_params"))
     nb = max(1, min(k.buckets, k.layers))
     # bucket b holds the layers whose gradients become ready b-th (backward runs last layer first)
     order = list(reversed(range(k.layers)))
@@ -321,9 +395,11 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
         ctx.step = step
         host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
         with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            batch = ctx.alloc_next(Handle(8 * k.batch * k.seq_len, [mem.TRAIN_BATCH], "batch"))
             h2d = _step_open(ctx, k, step, host_extra, dl)
-            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            blocks = [Block(em, k, m, k.batch, act_factor=af) for _ in range(k.layers)]
             ag: dict[int, GpuOp] = {}
+            ag_mem: dict[int, Handle] = {}
             with ctx.op("DistributedDataParallel.forward" if k.comm == "allreduce" else "FSDP::pre_forward",
                         cat="user_annotation", pre=20_000):
                 for i, blk in enumerate(blocks):
@@ -331,13 +407,17 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                     if k.comm == "fsdp":
                         for j in (i, i + 1) if k.prefetch else (i,):
                             if j < k.layers and j not in ag:
+                                ag_mem[j] = gathered(mem.TRAIN_STEP_FWD)
                                 ag[j] = collective(ctx, dp, "_allgather_base", params_layer,
                                                    waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag[i])
                     if gc and i == 0:
                         ctx.advance(gc)  # gc.collect() on the host, no op recorded: nothing is launched meanwhile
                     blk.forward(waits)
+                    ctx.free(ag_mem.pop(i, None))  # FSDP reshards after the layer's forward
                 loss_seq = ctx.next_seq()
+                if k.leak_bytes:
+                    ctx.alloc_next(Handle(k.leak_bytes, [mem.TRAIN_LEAK], "leak"))  # never freed
                 em.loss(m, k.hidden, seq=loss_seq)
             with ctx.thread(ctx.autograd_tid):
                 em.loss_backward(m, k.hidden, seq=loss_seq)
@@ -349,13 +429,18 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                     if k.comm == "fsdp":
                         for j in (layer, layer - 1) if k.prefetch else (layer,):
                             if j >= 0 and j not in ag_b:
+                                ag_mem[j] = gathered(mem.TRAIN_STEP_BWD)
                                 ag_b[j] = collective(ctx, dp, "_allgather_base", params_layer,
                                                      waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag_b[layer])
                     blocks[layer].backward(waits)
                     if k.comm == "fsdp":
+                        ctx.free(ag_mem.pop(layer, None))
+                        unsharded = ctx.alloc_next(Handle(2 * params_layer, [mem.FSDP_REDUCE, mem.AUTOGRAD,
+                                                                             mem.TRAIN_STEP_BWD], "unsharded_grads"))
                         comm_ops.append(collective(ctx, dp, "_reduce_scatter_base", params_layer,
                                                    waits=[_last_compute(ctx)], phase="comm"))
+                        ctx.free(unsharded)
                         continue
                     pending.append(layer)
                     next_bucket = bucket_of[order[idx + 1]] if idx + 1 < len(order) else None
@@ -372,12 +457,23 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
             elif comm_ops:
                 _last_compute(ctx).waits.extend(comm_ops)
             yield from _step_close(ctx, k)
+            ctx.free(batch)
             if ck:
                 yield from _checkpoint(ctx, k, ck, params_layer * k.layers)
 
 
+def _with_memory(sim: Simulation, k: Knobs) -> None:
+    """``--memory``: an allocator per rank, the training state allocated before the window."""
+    if not k.memory:
+        return
+    for ctx in sim.ranks:
+        ctx.mem = Allocator(ctx.device_id)
+        ctx.mem.preallocate(training_state(k, k.ranks))
+
+
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
     sim = _new_sim(k)
+    _with_memory(sim, k)
     if k.comm == "fsdp":
         dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "fsdp",
                           "per-layer parameter all-gather (forward and backward) + gradient reduce-scatter")

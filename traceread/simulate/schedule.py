@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceread.simulate.devices import Device, LaunchStats, launch_stats
+from traceread.simulate.memory import Allocator, Handle
 
 GPU_READY_NS = 1_500  # launch-call return -> earliest kernel start
 MAX_GPUS_PER_MACHINE = 8
@@ -185,6 +186,8 @@ class RankCtx:
         self.jitter = sim.jitter
         self.slow_factor = 1.0  # GPU straggler: compute kernels take this much longer
         self.host_ns = sim.host_ns
+        self.mem: Allocator | None = None  # set by scenarios that record memory (--memory)
+        self._mem_pending: list[Handle] = []
 
     # ---- host clock and events ---------------------------------------------------------------
     def advance(self, ns: int) -> None:
@@ -270,6 +273,38 @@ class RankCtx:
         self.now += ev.dur
         return ev
 
+    # ---- memory (only with an allocator) ----------------------------------------------------------
+    MEM_CALL_NS = 300  # host time one allocator call takes
+
+    def _stack_names(self) -> tuple[tuple[str, str], ...]:
+        return tuple((e.cat, e.name) for e in self._stack)
+
+    def alloc_next(self, h: Handle) -> Handle:
+        """``h`` is allocated by the next kernel or copy this rank launches, inside its operator."""
+        if self.mem is not None:
+            self._mem_pending.append(h)
+        return h
+
+    def alloc_now(self, h: Handle) -> Handle:
+        if self.mem is not None:
+            self.mem.alloc(h, self.now, self.tid, self.step, self._stack_names())
+            self.advance(self.MEM_CALL_NS)
+        return h
+
+    def free(self, *handles: Handle | None) -> None:
+        """Free blocks now (those never allocated, e.g. without an allocator, are skipped)."""
+        if self.mem is None:
+            return
+        for h in handles:
+            if h is not None and h.addr is not None and h.addr in self.mem.live and self.mem.live[h.addr] is h:
+                self.mem.free(h, self.now, self.tid, self.step, self._stack_names())
+                self.advance(self.MEM_CALL_NS)
+
+    def _alloc_pending(self) -> None:
+        pending, self._mem_pending = self._mem_pending, []
+        for h in pending:
+            self.alloc_now(h)
+
     # ---- GPU work ------------------------------------------------------------------------------
     def _enqueue(self, op: GpuOp) -> GpuOp:
         self.gpu.append(op)
@@ -297,6 +332,7 @@ class RankCtx:
         phase: str = "fwd",
     ) -> GpuOp:
         """``cudaLaunchKernel`` now on the current thread; the kernel joins ``stream``'s queue."""
+        self._alloc_pending()
         rt = self.runtime("cudaLaunchKernel", 211, 4_500)
         op = GpuOp(
             rank=self.rank,
@@ -325,6 +361,7 @@ class RankCtx:
 
     def memcpy(self, direction: str, nbytes: int, stream: int, *, phase: str = "io", waits: list[GpuOp] | None = None) -> GpuOp:
         """``cudaMemcpyAsync`` of ``nbytes``: HtoD from pinned memory or DtoH to pageable memory."""
+        self._alloc_pending()
         rt = self.runtime("cudaMemcpyAsync", 51, 3_500)
         names = {"HtoD": "Memcpy HtoD (Pinned -> Device)", "DtoH": "Memcpy DtoH (Device -> Pageable)",
                  "DtoD": "Memcpy DtoD (Device -> Device)"}

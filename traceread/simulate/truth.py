@@ -39,6 +39,7 @@ from typing import Any
 
 from traceread.simulate.layers import LeafOp
 from traceread.simulate.ledger_truth import layout_truth, ledger_truth, node_of
+from traceread.simulate.memory_truth import memory_truth
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -359,6 +360,7 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "ledger": job_ledger,
         "ledger_by_step": job_by_step,
         "layout": layout_truth(built),
+        "memory": memory_truth(built.sim.ranks, base_ns),
         "time_base": "µs on the trace clock of an unskewed rank: trace ts - clock_offsets_us[rank]",
     }
 

@@ -14,7 +14,6 @@ numbers work, which is all a real dump uses. Gloo dumps carry a broken ``pg_conf
 
 from __future__ import annotations
 
-import io
 import json
 import pickle
 import re
@@ -23,15 +22,9 @@ from pathlib import Path
 from typing import Any, overload
 
 from traceread.errors import TraceFileError
+from traceread.read.safe_pickle import loads_plain
 
 _RANK_RE = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")
-
-
-class _NoClassUnpickler(pickle.Unpickler):
-    """Builds only plain containers and scalars; any class or function lookup is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: FR dumps hold no classes")
 
 
 @dataclass
@@ -158,7 +151,7 @@ def _load_raw(path: Path) -> tuple[dict[str, Any], str]:
         fmt = "json"
     else:
         try:
-            obj = _NoClassUnpickler(io.BytesIO(data)).load()
+            obj = loads_plain(data)
         except pickle.UnpicklingError as exc:
             raise TraceFileError(f"unsafe or corrupt Flight Recorder pickle: {exc}", str(path)) from None
         except Exception as exc:  # truncated/garbage bytes raise many types

@@ -336,6 +336,7 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     """All findings, biggest share of the step first (a hang always first). From the job's step ledger
     when the document has one (:mod:`traceread.build.findings.ledger`), else from the detectors."""
     from traceread.build.findings.ledger import ledger_findings
+    from traceread.build.findings.memory import memory_findings
 
     found: list[Finding] = []
     if report.get("ledger"):
@@ -351,4 +352,4 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
             or (f.get("impact_pct") or 0.0) >= MIN_IMPACT_PCT
             or (f.get("impact_pct") is None and f["impact_us_per_step"] > 0)]
     keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
-    return keep
+    return keep + memory_findings(report)  # no step time: after the time findings

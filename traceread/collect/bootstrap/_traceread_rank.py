@@ -21,6 +21,14 @@ What it installs, in a selected rank:
   ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
 * a ``sys.excepthook`` that writes the torchelastic error file format to ``RUN/errors/rank{R}.json``
   and to torchrun's ``TORCHELASTIC_ERROR_FILE`` (the zero-code equivalent of ``@record``).
+* with ``memory_snapshot``: a memory snapshot (``torch.cuda.memory._snapshot()``'s dict, pickled as
+  ``_dump_snapshot`` does) at the end of each profiled window, ``RUN/memory/rank{R}.pickle``
+  (``rank{R}_cycle{C}.pickle`` with several cycles), and ``RUN/memory/rank{R}_oom.pickle`` on an
+  out-of-memory error. On a GPU the allocator's history is recorded during the window
+  (``_record_memory_history``) and the OOM observer takes the snapshot before the error is raised; on
+  a CPU-only job the snapshot is built from the window's profile (``_memory_viz._profile_to_snapshot``,
+  which needs ``with_stack``), and an uncaught OOM error stops the profiler so the window so far is
+  written. The job's exception and exit code are untouched.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import faulthandler
 import gzip
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -72,6 +81,9 @@ class _State:
         self.hook_handle: Any = None
         self.clock_thread: threading.Thread | None = None
         self.hook_s = 0.0  # total time spent in our step hook (reported, to prove it is cheap)
+        self.mem_history = False  # CUDA allocator history recording (memory_snapshot)
+        self.oom = False  # an out-of-memory error happened (the next snapshot is the OOM one)
+        self.oom_written = False
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
@@ -436,6 +448,10 @@ def _install_excepthook(state: _State) -> None:
             _record_error(state, exc_type, exc, tb)
         except BaseException:
             _log_exc(state, "excepthook")
+        try:
+            _on_uncaught_oom(state, exc)
+        except BaseException:
+            _log_exc(state, "OOM snapshot")
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
@@ -687,14 +703,16 @@ def _drive_profiler(state: _State) -> None:
         # torch warns on every later cycle that events are not accumulated: that is what we want (each
         # cycle is exported on its own), and the warning would land in the job's output
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
+        snap_from_profile = bool(cfg.get("memory_snapshot")) and not torch.cuda.is_available()
         state.prof = profile(
             activities=activities,
             schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
             on_trace_ready=lambda prof: _export(state, prof),
-            record_shapes=bool(cfg.get("record_shapes", True)),
-            with_stack=bool(cfg.get("with_stack", False)),
-            profile_memory=bool(cfg.get("profile_memory", False)),
+            record_shapes=bool(cfg.get("record_shapes", True)) or snap_from_profile,
+            with_stack=bool(cfg.get("with_stack", False)) or snap_from_profile,
+            profile_memory=bool(cfg.get("profile_memory", False)) or bool(cfg.get("memory_snapshot")),
         )
+        _start_memory_history(state)
         state.prof.start()
         state.step_ns[0] = time.time_ns()
         state.info["profiled"] = True
@@ -710,6 +728,7 @@ def _drive_profiler(state: _State) -> None:
     if repeat > 0 and state.cycles >= repeat:
         _stop_profiler(state)
         state.profile_done = True
+        _stop_memory_history(state)
 
 
 def _schedule_numbers(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -796,6 +815,8 @@ def _export(state: _State, prof: Any) -> None:
         os.replace(tmp_gz, final)
         state.info["trace"] = entry["trace"] = os.path.relpath(final, state.run_dir)
         state.info["profiler_steps"] = steps
+        if state.config.get("memory_snapshot"):
+            entry["memory_snapshot"] = _write_snapshot(state, prof, _snapshot_name(state))
         _log(state, f"trace cycle {state.cycles} written to {state.info['trace']} "
                     f"in {time.perf_counter() - t0:.3f} s")
     except BaseException as exc:
@@ -814,6 +835,104 @@ def _export(state: _State, prof: Any) -> None:
             _log_exc(state, "drop old cycles")
         state.info["cycles"] = state.cycle_log
         _write_rank_json(state)
+
+
+def _snapshot_name(state: _State) -> str:
+    if state.oom:
+        return f"rank{state.rank}_oom.pickle"
+    if _multi_cycle(state.config):
+        return f"rank{state.rank}_cycle{state.cycles}.pickle"
+    return f"rank{state.rank}.pickle"
+
+
+def _start_memory_history(state: _State) -> None:
+    """GPU: record the allocator's history during the window and snapshot on OOM (before the error)."""
+    if not state.config.get("memory_snapshot"):
+        return
+    try:
+        torch = sys.modules["torch"]
+        os.makedirs(state.path("memory"), exist_ok=True)
+        if not torch.cuda.is_available():
+            return
+        torch.cuda.memory._record_memory_history(max_entries=int(state.config.get("memory_history", 100_000)))
+        state.mem_history = True
+
+        def observer(device: Any, alloc: Any, device_alloc: Any, device_free: Any) -> None:
+            try:
+                if not state.oom_written:
+                    state.oom = True
+                    _write_snapshot(state, None, f"rank{state.rank}_oom.pickle")
+            except BaseException:
+                _log_exc(state, "OOM observer")
+
+        torch._C._cuda_attach_out_of_memory_observer(observer)
+        _log(state, "memory history recording started (memory_snapshot)")
+    except BaseException:
+        _log_exc(state, "memory history")
+
+
+def _stop_memory_history(state: _State) -> None:
+    """After the last window the history stops costing the job anything."""
+    if not state.mem_history:
+        return
+    try:
+        sys.modules["torch"].cuda.memory._record_memory_history(enabled=None)
+        state.mem_history = False
+    except BaseException:
+        _log_exc(state, "memory history stop")
+
+
+def _write_snapshot(state: _State, prof: Any, name: str) -> str | None:
+    """``RUN/memory/<name>``, atomically: the CUDA allocator's snapshot, else one built from ``prof``."""
+    try:
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available():
+            snap = torch.cuda.memory._snapshot()
+        elif prof is not None:
+            from torch.cuda._memory_viz import _profile_to_snapshot
+
+            snap = _profile_to_snapshot(prof)
+        else:
+            return None
+        os.makedirs(state.path("memory"), exist_ok=True)
+        path = state.path("memory", name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            pickle.dump(snap, fh)
+        os.replace(tmp, path)
+        if name.endswith("_oom.pickle"):
+            state.oom_written = True
+        _log(state, f"memory snapshot written to memory/{name}")
+        return os.path.relpath(path, state.run_dir)
+    except BaseException:
+        _log_exc(state, f"memory snapshot {name}")
+        return None
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA), or the CPU allocator's "can't allocate memory" RuntimeError."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    msg = str(exc)
+    return isinstance(exc, (RuntimeError, MemoryError)) and ("out of memory" in msg.lower()
+                                                             or "can't allocate memory" in msg)
+
+
+def _on_uncaught_oom(state: _State, exc: BaseException) -> None:
+    """An uncaught OOM error: on a CPU-only job stop the profiler, which writes the window so far (trace
+    and snapshot, named _oom); on a GPU the OOM observer already wrote the snapshot."""
+    if not state.config.get("memory_snapshot") or state.oom_written or not _is_oom(exc):
+        return
+    state.oom = True
+    prof = state.prof
+    if prof is None:
+        _log(state, "out-of-memory error outside the profiled window: no snapshot")
+        return
+    prof.stop()  # a recording window is exported by on_trace_ready (_export), snapshot included
+    state.prof = None
+    state.profile_done = True
 
 
 def _at_exit(state: _State) -> None:
