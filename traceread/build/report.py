@@ -106,6 +106,8 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
         caches.store_document(root, key, report)  # type: ignore[arg-type]
+    if root is not None:
+        caches.evict(root)  # the size bound: least recently used entries go first
     return report
 
 

@@ -21,6 +21,10 @@ Data only, never pickles, so a file in the cache directory can never run code, w
   folder's side files (run.json, NCCL logs, Flight Recorder dumps, stacks), the analysis options and
   the code, so a second ``report`` of an unchanged run only renders.
 
+The cache is bounded (:func:`evict`, after each report): a hit touches its entry's mtime, and when
+the whole folder is over :func:`max_bytes` (4 GiB by default, ``$TRACEREAD_CACHE_MAX`` or
+``traceread cache limit``) the least recently used entries go first.
+
 This module imports neither polars nor the analyses at import time: the warm document path uses it.
 """
 
@@ -189,6 +193,7 @@ def load_tables(f: Any, root: Path) -> Any:
             if dict(df.schema) != schema:
                 return None
             tables[name] = df
+        mark_used(info_file)
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
     except Exception:  # noqa: BLE001 - a broken cache entry is a miss, never an error
         return None
@@ -263,7 +268,9 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("summary"), bytes):
         return None
     try:
-        return decode_summary(doc["summary"], cls)
+        out = decode_summary(doc["summary"], cls)
+        mark_used(_summary_file(root, key))
+        return out
     except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
         return None
 
@@ -382,6 +389,7 @@ def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     doc = _read_entry(_document_file(root, key))
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
         return None
+    mark_used(_document_file(root, key))
     return doc["report"]
 
 
@@ -391,3 +399,146 @@ def store_document(root: Path, key: dict[str, Any], report: dict[str, Any]) -> b
     except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)
+
+
+# ------------------------------------------------------------------------------------------------
+# size bound: accounting and least-recently-used eviction (``traceread cache``)
+
+#: The cache's default bound on disk (parse + summaries + documents), bytes.
+DEFAULT_MAX_BYTES = 4 * 2**30
+#: Environment variable that sets the bound (``8GiB``, ``500MB``; ``0`` or ``off``: no bound).
+MAX_ENV = "TRACEREAD_CACHE_MAX"
+#: File in the cache folder holding the bound set by ``traceread cache limit SIZE``.
+LIMIT_FILE = "max-size"
+#: Eviction goes down to this share of the bound, so that the next report does not evict again.
+EVICT_TO = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One cache entry: a parse-cache folder, a summary or a document file."""
+
+    path: Path
+    kind: str  # "parse" | "summary" | "document"
+    bytes: int
+    last_used: float  # mtime of the file a hit touches (meta.json for a parse entry)
+
+
+def mark_used(path: Path) -> None:
+    """Record a hit for least-recently-used eviction (the entry's mtime; atime is often off)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for p in folder.iterdir():
+        try:
+            total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every entry under ``root``, whatever wrote it (temporary ``.tmp-*`` files excluded)."""
+    out: list[Entry] = []
+    if not root.is_dir():
+        return out
+    for p in root.iterdir():
+        if p.name.startswith(".") or p.name == LIMIT_FILE:
+            continue
+        try:
+            if p.is_dir() and p.name not in (SUMMARY_FOLDER, DOCUMENT_FOLDER):
+                meta = p / "meta.json"
+                used = (meta if meta.exists() else p).stat().st_mtime
+                out.append(Entry(p, "parse", _folder_bytes(p), used))
+        except OSError:
+            continue
+    for kind, folder in (("summary", SUMMARY_FOLDER), ("document", DOCUMENT_FOLDER)):
+        d = root / folder
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p.name.startswith("."):
+                continue
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            out.append(Entry(p, kind, st.st_size, st.st_mtime))
+    return out
+
+
+def max_bytes(root: Path) -> int | None:
+    """The bound: ``$TRACEREAD_CACHE_MAX``, else ``traceread cache limit``'s file, else 4 GiB;
+    None when set to ``0``/``off``/``none`` (no bound). A value that is not a size is ignored."""
+    from traceread.read.inflate import parse_size
+
+    text = os.environ.get(MAX_ENV)
+    if text is None:
+        try:
+            text = (root / LIMIT_FILE).read_text().strip()
+        except OSError:
+            return DEFAULT_MAX_BYTES
+    if text.strip().lower() in ("0", "off", "none", "unlimited"):
+        return None
+    try:
+        return parse_size(text)
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+def set_max_bytes(root: Path, value: int | None) -> None:
+    """Store the bound for later runs (None: no bound)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / LIMIT_FILE).write_text("off\n" if value is None else f"{value}\n")
+
+
+def _remove(e: Entry) -> bool:
+    try:
+        if e.path.is_dir():
+            # rename first: a reader that opened the folder meanwhile sees a miss, never half an entry
+            tmp = e.path.with_name(f".tmp-evict-{e.path.name}")
+            os.replace(e.path, tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            e.path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def evict(root: Path, limit: int | None = None) -> tuple[int, int]:
+    """Remove least-recently-used entries until the cache is under :data:`EVICT_TO` of the bound,
+    when it is over the bound. Returns (entries removed, bytes freed); never raises."""
+    try:
+        limit = max_bytes(root) if limit is None else limit
+        if limit is None:
+            return 0, 0
+        found = entries(root)
+        total = sum(e.bytes for e in found)
+        if total <= limit:
+            return 0, 0
+        removed = freed = 0
+        for e in sorted(found, key=lambda e: e.last_used):
+            if total - freed <= limit * EVICT_TO:
+                break
+            if _remove(e):
+                removed += 1
+                freed += e.bytes
+        return removed, freed
+    except Exception:  # noqa: BLE001 - the cache is an optimisation: never fail a report over it
+        return 0, 0
+
+
+def clear(root: Path) -> tuple[int, int]:
+    """Remove every entry (the bound setting stays). Returns (entries removed, bytes freed)."""
+    removed = freed = 0
+    for e in entries(root):
+        if _remove(e):
+            removed += 1
+            freed += e.bytes
+    return removed, freed
