@@ -109,6 +109,7 @@ def _set_max_rank_bytes(text: str) -> None:
 @click.option("--storage-options", metavar="JSON", default=None,
               help='fsspec options for s3:// gs:// az:// https:// PATHS, e.g. \'{"endpoint_url": "http://minio:9000"}\' '
                    "(default: $TRACEREAD_STORAGE_OPTIONS).")
+@ui_options
 def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache: bool, params: float | None,
            tokens_per_step: float | None, n_layers: int | None, seq_len: int | None, d_model: int | None,
            device_spec: str | None, top: int, workers: int | None, no_html: bool, executor: str,

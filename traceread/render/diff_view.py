@@ -55,7 +55,7 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
         cyc = f", cycle {x['cycle']}" if x.get("cycle") else ""
         con.print(Text(f"{side.upper()}: {', '.join(x['paths'] or [])} ({x['ranks']} ranks, {x['steps']} steps{cyc})"))
     answer = d.get("answer") or ["n/a"]
-    con.print(Text("ANSWER: ", style="bold red") + Text(answer[0], style="bold"))
+    con.print(Text.assemble(("ANSWER: ", "bold red"), answer[0], style="bold"))
     for line in answer[1:]:
         con.print(Text("  " + line))
     con.print()

@@ -27,6 +27,8 @@ STYLE: dict[str, tuple[str, str, str]] = {
     "idle_other": (".", "other idle", "white"),
 }
 BAR_WIDTH = 60
+#: Each category in words, for every view (the document's ids are for programs).
+CATEGORY_WORDS: dict[str, str] = {c: label for c, (_glyph, label, _colour) in STYLE.items()}
 
 
 def by_category(parts: list[dict[str, Any]]) -> dict[str, float]:

@@ -24,17 +24,11 @@ from rich.text import Text
 
 from traceread.build.queries import coll_time, median_step_us, per_step, step_us, total_steps
 from traceread.fmt import elide_templates, ms, nbytes, pct, rank_list, short_name
+from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.nccl_summary import nccl_lines
 from traceread.render.textfit import Column, buffer_console, fitted_table, output_width, strip_padding, use_color
 from traceread.report_schema import Report
 from traceread.textsafe import clean_data, clean_lines
-
-#: Ledger categories in words (the document's ids are for programs).
-CATEGORY_WORDS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "compute_other": "other compute",
-                  "comm_transfer": "comm transfer", "comm_wait": "comm wait", "bubble": "pipeline bubble",
-                  "exposed_memcpy": "exposed memcpy", "host_bound": "host-bound", "dependency": "dependency wait",
-                  "idle_other": "other idle"}
-
 
 @dataclass
 class View:
@@ -83,6 +77,8 @@ def answer(report: Report) -> tuple[str, str | None]:
     title = elide_templates(str(f["title"]))
     if f["id"] == "hang":
         text = f"{title} [the job stopped there: every later step is lost]"
+    elif not f.get("impact_us_per_step"):
+        text = f"{title} [outside the median step]"
     else:
         share = f" = {pct(f.get('impact_pct'))} of the step" if f.get("impact_pct") is not None else ""
         where = ", ".join(x for x in (CATEGORY_WORDS.get(str(f.get("category")), f.get("category")),
@@ -99,9 +95,9 @@ def answer(report: Report) -> tuple[str, str | None]:
 def answer_section(report: Report, v: View) -> None:
     v.line(Text("traceread report — " + headline(report), style="bold"))
     text, sugg = answer(report)
-    v.line(Text("ANSWER: ", style="bold red") + Text(text))
+    v.line(Text.assemble(("ANSWER: ", "bold red"), text))
     if sugg:
-        v.line(Text("CHANGE: ", style="bold green") + Text(sugg))
+        v.line(Text.assemble(("CHANGE: ", "bold green"), sugg))
     v.console.print()
 
 
@@ -153,8 +149,13 @@ def findings_section(report: Report, v: View) -> None:
         body = Text(elide_templates(str(f["title"])), style="bold")
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + elide_templates(str(s)), style="green")
-        lost = "job stopped" if f["id"] == "hang" else ms(f["impact_us_per_step"])
-        rows.append([str(i), lost, pct(f.get("impact_pct"), 0) if f["id"] != "hang" else "all", body])
+        if f["id"] == "hang":
+            lost, share = "job stopped", "all"
+        elif not f.get("impact_us_per_step"):
+            lost, share = "—", "—"  # not a share of the median step (e.g. slow steps outside it)
+        else:
+            lost, share = ms(f["impact_us_per_step"]), pct(f.get("impact_pct"), 0)
+        rows.append([str(i), lost, share, body])
     cols = [Column("#", key=True), Column("lost/step"), Column("% step"), Column("finding / what to change", "left", text=True)]
     v.console.print(fitted_table("Findings — biggest time lost per step first", cols, rows, v.width, v.box))
     if len(found) > v.top:
@@ -283,11 +284,11 @@ def warnings_section(report: Report, v: View) -> None:
 
 def footer_section(report: Report, v: View) -> None:
     if v.html_path:
-        v.line(Text("HTML report: ", style="bold") + Text(clean_data(v.html_path)))
+        v.line(Text.assemble(("HTML report: ", "bold"), clean_data(v.html_path)))
     if len(report.get("ranks") or []) > 1:
         from traceread.fmt import export_command
 
-        v.line(Text("Timeline of every rank (Perfetto): ", style="bold") + Text(clean_data(export_command(report))))
+        v.line(Text.assemble(("Timeline of every rank (Perfetto): ", "bold"), clean_data(export_command(report))))
 
 
 #: The summary, top to bottom. Each prints nothing when its part of the document is empty.
@@ -303,9 +304,9 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     view = View(console, top=top, ascii_only=ascii_only, html_path=html_path, verbose=verbose)
     if quiet:
         text, sugg = answer(report)
-        view.line(Text("ANSWER: ", style="bold red") + Text(text))
+        view.line(Text.assemble(("ANSWER: ", "bold red"), text))
         if sugg:
-            view.line(Text("CHANGE: ", style="bold green") + Text(sugg))
+            view.line(Text.assemble(("CHANGE: ", "bold green"), sugg))
         return
     for section in SECTIONS:
         section(report, view)
