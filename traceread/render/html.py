@@ -236,7 +236,12 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
     occ = [r.get("achieved_occupancy_pct") for r in ranks if r.get("achieved_occupancy_pct") is not None]
     dev = next((r.get("device") for r in ranks if r.get("device")), None)
     text = {
-        "breakdown": ("Each bar is one rank's mean step, split so the parts add up exactly: compute (any "
+        "breakdown": ("Each bar is one rank's mean step on the CPU (the traces hold no GPU), split so the parts add up "
+                      "exactly: compute (an operator running with no collective in flight), exposed communication (a "
+                      "collective no other thread computed beside), overlapped communication, and idle (no operator "
+                      "and no collective: Python outside operators, data loading, sleeping)."
+                      if ranks and all(r.get("compute_us") is None and r.get("cpu") for r in ranks) else
+                      "Each bar is one rank's mean step, split so the parts add up exactly: compute (any "
                       "non-communication kernel running), exposed communication (collectives with no compute beside "
                       "them), exposed memcpy, and idle (nothing on the GPU). "
                       + (explain.exposed_comm(sorted(exp_vals)[len(exp_vals) // 2], step,
