@@ -83,6 +83,28 @@ def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
+    """One line for a collected run that recorded no trace: why, and how to collect one."""
+    o = run_info.get("options") or {}
+    ran = [i.get("steps") for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
+    need = 1 + int(o.get("wait") or 0) + int(o.get("warmup") or 0) + 1
+    why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
+           f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else
+           "no rank reported an optimizer step" if not ran else "no rank wrote one (see launcher.log)")
+    return f"{run_dir}: no trace: {why}; collect again with e.g. --wait 0 --warmup 1 --active 3"
+
+
+def _partial_window(run_info: dict[str, Any] | None) -> str | None:
+    """The warning of a window the end of the job cut short (collect keeps its recorded steps)."""
+    parts = [i["partial"] for i in ((run_info or {}).get("ranks") or {}).values()
+             if isinstance(i, dict) and isinstance(i.get("partial"), dict)]
+    if not parts:
+        return None
+    p = parts[0]
+    return (f"partial window: the job ended after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
+            f"({len(parts)} rank(s)); the report covers those steps")
+
+
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
     """The report document for the traces under ``paths`` (folders, globs, files, object URLs).
 
@@ -162,6 +184,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
+    if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
+        raise NothingUsableError(_no_trace_line(run_dir or Path(str(paths[0])), run_info))
     if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
@@ -169,6 +193,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
             raise NothingUsableError(f"no readable trace under {where}{detail}", bad_input=True)
         raise NothingUsableError(f"no trace files (*.json, *.json.gz) found under {where}")
 
+    partial = _partial_window(run_info)
+    if partial:
+        warnings.append(partial)
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)
