@@ -45,7 +45,7 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
 
     from traceread.fmt import short_name
     from traceread.render.textfit import Column, buffer_console, fitted_table, strip_padding
-    from traceread.textsafe import clean_data, clean_lines
+    from traceread.textsafe import clean_data
 
     d = clean_data(d)  # kernel/op/collective names and paths: no terminal control survives
     con, buf = buffer_console(width, not plain)
@@ -89,4 +89,4 @@ def render_diff(d: dict[str, Any], *, plain: bool = True, width: int = 120) -> s
     changed = [f for f in d.get("findings") or [] if f.get("significant")]
     table("Findings — time lost per step", [_fmt_row(f.get("key") or f["id"], f) for f in changed],
           len(d.get("findings") or []) - len(changed))
-    return strip_padding(clean_lines(buf.getvalue()))
+    return strip_padding(buf.getvalue())  # every input string was cleaned above; colour codes are ours
