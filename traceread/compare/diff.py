@@ -192,9 +192,11 @@ def _answer(step: dict[str, Any], breakdown: dict[str, dict[str, Any]], appeared
     if step["delta"] is None:
         lines = ["Step time not comparable (one side has no step time)."]
     elif not step["significant"]:
-        lines = [f"No significant change in step time: {ms(abs(step['delta']))}/step "
-                 f"({step['pct']:+.1f}%), within the noise of ±{ms(step['noise_us'])}."
-                 if step["pct"] is not None else "No significant change in step time."]
+        sign = "+" if step["delta"] >= 0 else "−"
+        lines = [f"No significant change in step time: {sign}{ms(abs(step['delta']))}/step"
+                 + (f" ({step['pct']:+.1f}%)" if step["pct"] is not None else "")
+                 + f", under the {ms(step['threshold_us'])} threshold ({100 * STEP_FLOOR:.0f}% of the step; "
+                 f"step-to-step noise ±{ms(step['noise_us'])})."]
     else:
         lines = [f"B is {'slower' if step['delta'] > 0 else 'faster'} by {ms(abs(step['delta']))}/step "
                  f"({step['pct']:+.1f}%)."]
@@ -222,7 +224,8 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
     sa, sb = _job_steps(a), _job_steps(b)
     step["noise_us"] = 2.0 * (_std_error(sa) ** 2 + _std_error(sb) ** 2) ** 0.5
     base = step["a"] or step["b"] or 0.0
-    step["significant"] = bool(step["delta"] is not None and abs(step["delta"]) > max(STEP_FLOOR * base, step["noise_us"]))
+    step["threshold_us"] = max(STEP_FLOOR * base, step["noise_us"])
+    step["significant"] = bool(step["delta"] is not None and abs(step["delta"]) > step["threshold_us"])
     verdict = "n/a" if step["delta"] is None else "same" if not step["significant"] else (
         "slower" if step["delta"] > 0 else "faster")
     floor = max(ROW_FLOOR * base, 1.0)
