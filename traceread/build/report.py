@@ -91,7 +91,8 @@ def _no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
     why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
            f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else
            "no rank reported an optimizer step" if not ran else "no rank wrote one (see launcher.log)")
-    return f"{run_dir}: no trace: {why}; collect again with e.g. --wait 0 --warmup 1 --active 3"
+    active = max(1, max(ran) - 2) if ran else 3  # what fits the job's steps after --wait 0 --warmup 1
+    return f"{run_dir}: no trace: {why}; collect again with e.g. --wait 0 --warmup 1 --active {active}"
 
 
 def _partial_window(run_info: dict[str, Any] | None) -> str | None:
