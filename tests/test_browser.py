@@ -177,11 +177,15 @@ def test_real_pipeline_sample_renders(tmp_path: Path) -> None:
 #: more than one line.
 GEOMETRY_JS = """<script>
 (function () {
-  function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, t: r.top + scrollY, r: r.right, b: r.bottom + scrollY, w: r.width}; }
+  function box(el) {
+    var r = el.getBoundingClientRect();
+    return {l: r.left, t: r.top + scrollY, r: r.right, b: r.bottom + scrollY, w: r.width};
+  }
   function hit(a, b) { return a.w > 0 && b.w > 0 && a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1; }
   function lines(el) {
     var rg = document.createRange(); rg.selectNodeContents(el);
-    var tops = {}; Array.prototype.forEach.call(rg.getClientRects(), function (r) { if (r.width > 0) { tops[Math.round(r.top)] = 1; } });
+    var tops = {};
+    Array.prototype.forEach.call(rg.getClientRects(), function (r) { if (r.width > 0) { tops[Math.round(r.top)] = 1; } });
     return Object.keys(tops).length;
   }
   function check() {
@@ -204,7 +208,9 @@ GEOMETRY_JS = """<script>
           plots.forEach(function (p) { if (hit(parts[i][1], p)) { out.overlaps.push(key + ": " + parts[i][0] + " x plot"); } });
         }
         var pb = parts[i][1];
-        if (pb.w > 0 && (pb.l < cb.l - 1 || pb.r > cb.r + 1 || pb.t < cb.t - 1 || pb.b > cb.b + 1)) { out.outside.push(key + ": " + parts[i][0]); }
+        if (pb.w > 0 && (pb.l < cb.l - 1 || pb.r > cb.r + 1 || pb.t < cb.t - 1 || pb.b > cb.b + 1)) {
+          out.outside.push(key + ": " + parts[i][0]);
+        }
       }
     });
     document.querySelectorAll("main > section").forEach(function (s) { out.sections.push([s.id, box(s).t]); });
@@ -283,7 +289,8 @@ def test_every_sample_page_reads_well(sample: str, tmp_path: Path) -> None:
     assert ranks == sorted(ranks), list(zip(body, ranks))
     charts = {c["key"]: c for c in geo["charts"]}
     for f in doc.get("findings") or []:
-        key = next((c for k, c in html.FINDING_CHART.items() if f["id"] == k or (k.endswith("_") and f["id"].startswith(k))), None)
+        key = next((c for k, c in html.FINDING_CHART.items()
+                    if f["id"] == k or (k.endswith("_") and f["id"].startswith(k))), None)
         if key in charts and f["id"] == "slow_steps":
             assert charts[key]["finding"] == "slow_steps"  # the slow-step chart beside its finding
 

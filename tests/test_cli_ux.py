@@ -25,7 +25,8 @@ HANG = SAMPLES / "cpu_hang_gloo"
 CPU_STRAGGLER = SAMPLES / "cpu_straggler_gloo"
 
 
-def tr(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def tr(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+       timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``traceread ARGS`` as a user runs it (a real process; colour and width as in a pipe)."""
     full = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
     full.update(env or {})

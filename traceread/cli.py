@@ -23,7 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
     "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
-    "export": ("traceread.commands.export", "export", "Merge every rank into one Perfetto timeline on one clock, findings marked."),
+    "export": ("traceread.commands.export", "export",
+               "Merge every rank into one Perfetto timeline on one clock, findings marked."),
     "cache": ("traceread.commands.cache", "cache", "Show or clear the parse/summary/document cache (size-bounded)."),
 }
 

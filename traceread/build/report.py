@@ -86,7 +86,7 @@ def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
 def _no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
     """One line for a collected run that recorded no trace: why, and how to collect one."""
     o = run_info.get("options") or {}
-    ran = [i.get("steps") for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
+    ran = [i["steps"] for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
     need = 1 + int(o.get("wait") or 0) + int(o.get("warmup") or 0) + 1
     why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
            f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else

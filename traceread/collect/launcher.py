@@ -397,7 +397,8 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
                     if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
     lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
     if traces:
-        where = (f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank") if steps else "steps unknown"
+        where = "steps unknown" if not steps else (
+            f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
         lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
         if partial:
             p = next(iter(partial.values()))

@@ -36,7 +36,8 @@ def _bound_text(root: Path) -> str:
 
 
 @click.group("cache", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--cache-dir", metavar="DIR", default=None, help="The cache folder (default: $TRACEREAD_CACHE_DIR, else ~/.cache/traceread).")
+@click.option("--cache-dir", metavar="DIR", default=None,
+              help="The cache folder (default: $TRACEREAD_CACHE_DIR, else ~/.cache/traceread).")
 @ui_options
 @click.pass_context
 def cache(ctx: click.Context, cache_dir: str | None) -> None:
@@ -79,7 +80,8 @@ def info(root: Path) -> None:
         click.echo(f"least recently used entry: {days:.1f} day(s) ago")
     if ui().verbose:
         for e in sorted(found, key=lambda e: -e.last_used):
-            click.echo(f"  {e.kind:<9} {ibytes(e.bytes):>10}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(e.last_used))}  {e.path.name}")
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+            click.echo(f"  {e.kind:<9} {ibytes(e.bytes):>10}  {used}  {e.path.name}")
 
 
 @cache.command("clear")

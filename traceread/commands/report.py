@@ -79,7 +79,8 @@ def _set_max_rank_bytes(text: str) -> None:
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema "
                    "traceread.report/1; csv: a folder with one CSV per table.")
 @click.option("--open", "open_page", is_flag=True, help="Open the HTML report in the default browser.")
-@click.option("--no-cache", is_flag=True, help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
+@click.option("--no-cache", is_flag=True,
+              help="Re-parse and re-analyse every trace instead of using the caches (traceread cache shows them).")
 @click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
 @click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
 @click.option("--n-layers", type=click.IntRange(min=1), metavar="L",
@@ -167,6 +168,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
                          executor=executor, ray_address=ray_address, node_local=node_local,
                          storage_options=_storage_options(storage_options))
     t0 = time.perf_counter()
+    doc: Any
     try:
         if cycle.strip().lower() == "all":
             from traceread.compare.cycles import build_all_cycles

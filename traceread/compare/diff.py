@@ -244,14 +244,21 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
     colls = []
     for key in set(ca) | set(cb):
         ra, rb = ca.get(key), cb.get(key)
-        calls = _judge(_delta(ra and ra["calls"], rb and rb["calls"]), 0.5, rel=0.0)
-        per_step_calls = max(1.0, (rb or ra or {"calls": 1.0})["calls"])  # a latency change counts once per call
-        lat = _judge(_delta(ra and med(ra["latency_us"]), rb and med(rb["latency_us"])), floor / per_step_calls)
-        bw = _judge(_delta(ra and med(ra["busbw_gbps"]), rb and med(rb["busbw_gbps"])), 0.0, absolute=False)
+
+        def side(row: dict[str, Any] | None, field: str) -> float | None:
+            if row is None:
+                return None
+            return float(row["calls"]) if field == "calls" else med(row[field])
+
+        calls = _judge(_delta(side(ra, "calls"), side(rb, "calls")), 0.5, rel=0.0)
+        per_step_calls = max(1.0, float((rb or ra or {"calls": 1.0})["calls"]))  # a latency change is paid per call
+        lat = _judge(_delta(side(ra, "latency_us"), side(rb, "latency_us")), floor / per_step_calls)
+        bw = _judge(_delta(side(ra, "busbw_gbps"), side(rb, "busbw_gbps")), 0.0, absolute=False)
         colls.append({"name": key[0], "bytes": key[1], "calls_per_step": calls, "latency_us": lat, "busbw_gbps": bw,
                       "significant": calls["significant"] or lat["significant"] or bw["significant"]})
     changed_colls = [c for c in colls if c["significant"]]
-    changed_colls.sort(key=lambda c: -abs((c["latency_us"]["delta"] or 0.0) * (c["calls_per_step"]["b"] or c["calls_per_step"]["a"] or 1.0)))
+    changed_colls.sort(key=lambda c: -abs((c["latency_us"]["delta"] or 0.0)
+                                          * (c["calls_per_step"]["b"] or c["calls_per_step"]["a"] or 1.0)))
     fa = {_finding_key(f): f for f in a.get("findings") or []}
     fb = {_finding_key(f): f for f in b.get("findings") or []}
     findings = [_judge({"id": (fa.get(i) or fb[i])["id"], "key": i,

@@ -31,8 +31,8 @@ from traceread.build import explain
 from traceread.build.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
 from traceread.fmt import elide_templates, export_command, ms, nbytes, pct, rank_list, short_name
 from traceread.render import charts, terminal
-from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.json_report import _jsonable
+from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.report_schema import Report
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -280,7 +280,8 @@ def _timeline_text(report: Report) -> str:
     tl = report.get("step_timeline") or {}
     clock = (report.get("source") or {}).get("clock") or {}
     eps = clock.get("epsilon_us")
-    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if eps is not None and clock.get("method") not in (None, "none")
+    aligned = eps is not None and clock.get("method") not in (None, "none")
+    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if aligned
             else "Each rank is on its own trace clock (no clock alignment was possible)")
     return (f"The median and the slowest step as they really ran: one lane per GPU stream of each rank, and a "
             f"\"GPU\" lane with the gaps where nothing ran (yellow: the host launched the next work late). {sync}. "

@@ -32,7 +32,7 @@ def findings_rows(report: Report) -> Rows:
     return [{"order": i, "id": f.get("id"), "title": f.get("title"), "impact_us_per_step": f.get("impact_us_per_step"),
              "impact_pct": f.get("impact_pct"), "predicted_saving_us": f.get("predicted_saving_us"),
              "category": f.get("category"), "role": f.get("role"), "rank": f.get("rank"),
-             "explanation": f.get("explanation"), "suggestion": (f.get("suggestions") or [None])[0],
+             "explanation": f.get("explanation"), "suggestion": next(iter(f.get("suggestions") or []), None),
              "evidence": f.get("evidence") or []}
             for i, f in enumerate(report.get("findings") or [], 1)]
 
@@ -78,7 +78,8 @@ def _plain(key: str) -> Callable[[Report], Rows]:
 
 
 def layout_rows(report: Report) -> Rows:
-    return [dict(g) for g in (report.get("layout") or {}).get("groups") or []]
+    layout: dict[str, Any] = dict(report.get("layout") or {})
+    return [dict(g) for g in layout.get("groups") or []]
 
 
 def operator_rows(report: Report) -> Rows:

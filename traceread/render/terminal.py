@@ -30,6 +30,7 @@ from traceread.render.textfit import Column, buffer_console, fitted_table, outpu
 from traceread.report_schema import Report
 from traceread.textsafe import clean_data, clean_lines
 
+
 @dataclass
 class View:
     """Where and how a section prints: the console, its width, rows per table, ASCII or not."""
@@ -85,8 +86,8 @@ def answer(report: Report) -> tuple[str, str | None]:
                                       f.get("role") and f"{f.get('role')} group",
                                       f.get("rank") is not None and f"rank {f.get('rank')}") if x)
         text = f"{title} [{ms(f['impact_us_per_step'])}/step{share}{'; ' + where if where else ''}]"
-    sugg = (f.get("suggestions") or [None])[0]
-    return text, sugg
+    suggestions = f.get("suggestions") or []
+    return text, (suggestions[0] if suggestions else None)
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -175,7 +176,7 @@ def rank_ledgers_section(report: Report, v: View) -> None:
     v.console.print()
 
 
-def _is_cpu(r: dict[str, Any]) -> bool:
+def _is_cpu(r: Any) -> bool:
     return r.get("compute_us") is None and bool(r.get("cpu"))
 
 
