@@ -161,6 +161,7 @@ def findings_section(report: Report, v: View) -> None:
     v.console.print(fitted_table("Findings — biggest time lost per step first", cols, rows, v.width, v.box))
     if len(found) > v.top:
         v.line(Text(f"… {len(found) - v.top} more finding(s) in the JSON/HTML report (--top to show more)", style="dim"))
+    v.console.print()
 
 
 def rank_ledgers_section(report: Report, v: View) -> None:
@@ -209,6 +210,7 @@ def ranks_section(report: Report, v: View) -> None:
     v.console.print(fitted_table(title, cols, rows, v.width, v.box))
     if note:
         v.line(Text(note, style="dim"))
+    v.console.print()
 
 
 def collectives_section(report: Report, v: View) -> None:
@@ -225,6 +227,7 @@ def collectives_section(report: Report, v: View) -> None:
                      "n/a" if c.get("busbw_gbps") is None else f"{c['busbw_gbps']:.1f}",
                      "n/a" if peak is None else f"{peak:.0f} ({c.get('link') or '?'})"])
     v.console.print(fitted_table("Collectives — most total time first", cols, rows, v.width, v.box))
+    v.console.print()
 
 
 def hang_lines(h: dict[str, Any], top: int = 10) -> list[str]:

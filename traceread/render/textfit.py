@@ -84,8 +84,7 @@ class Column:
 
 
 def _table(title: str | None, cols: Sequence[Column], rows: Sequence[Sequence[Any]], bx: box.Box) -> Table:
-    t = Table(title=title, box=bx, title_justify="left", expand=False, show_edge=bx is not box.ASCII2,
-              title_style="bold")
+    t = Table(title=title, box=bx, title_justify="left", expand=False, show_edge=False, title_style="bold")
     for c in cols:
         if c.text:
             t.add_column(c.header, justify=c.justify, overflow="fold", ratio=1)  # type: ignore[arg-type]
