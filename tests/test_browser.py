@@ -214,6 +214,10 @@ GEOMETRY_JS = """<script>
       }
     });
     document.querySelectorAll("main > section").forEach(function (s) { out.sections.push([s.id, box(s).t]); });
+    out.overflow = [];
+    document.querySelectorAll("main > section .scroll").forEach(function (d) {
+      if (d.scrollWidth > d.clientWidth + 1) { out.overflow.push(d.closest("section").id); }
+    });
     document.querySelectorAll("td:not(.name):not(.wrap)").forEach(function (td) {
       if (td.textContent.trim() && lines(td) > 1) { out.wrapped.push(td.textContent.trim()); }
     });
@@ -234,7 +238,7 @@ def measured(page: Path, tmp: Path, shot: Path, width: int = 1400) -> tuple[str,
 
     probe = tmp / f"probe-{page.name}"
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", GEOMETRY_JS + "</body>", 1), encoding="utf-8")
-    res = run_browser(probe, tmp / "profile-geom", "--dump-dom", f"--screenshot={shot}", f"--window-size={width},2400")
+    res = run_browser(probe, tmp / "profile-geom", "--dump-dom", f"--screenshot={shot}", f"--window-size={width},1600")
     assert res.returncode == 0, res.stderr[-2000:]
     assert console_lines(res.stderr, probe) == []
     dom = res.stdout
@@ -277,6 +281,7 @@ def test_every_sample_page_reads_well(sample: str, tmp_path: Path) -> None:
     assert png_size(shot)[0] == 1400 and shot.stat().st_size > 20_000
     assert geo["overlaps"] == [] and geo["outside"] == []
     assert geo["wrapped"] == []
+    assert geo["overflow"] == []  # every table fits its section at 1400 px
     assert "data-nodata" not in dom and "No data" not in dom
     ids = [s for s, _ in geo["sections"]]
     assert ids[0] == "findings"
