@@ -98,4 +98,4 @@ def test_docs_api_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.chdir(REPO)
     ns: dict = {"__name__": "__docs__"}
     for block in blocks:
-        exec(compile(block.replace("OUT/", f"{tmp_path}/"), "docs/api.md", "exec"), ns)  # noqa: S102
+        exec(compile(block.replace("OUT/", f"{tmp_path}/"), "docs/api.md", "exec"), ns)

@@ -13,8 +13,9 @@ import sys
 import click
 
 from traceread import __version__
+from traceread.commands.fail import error_line
 from traceread.errors import EXIT_BAD_INPUT, TraceReadError
-from traceread.textsafe import clean, clean_lines
+from traceread.textsafe import clean_lines
 
 # name -> (module, attribute, one-line help shown by `traceread --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -106,11 +107,12 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.message = clean_lines(exc.message)  # may quote a file name
+        # may quote a file name; click declares ``message`` Final, yet show() prints exactly it
+        exc.message = clean_lines(exc.message)  # type: ignore[misc]
         exc.show()
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 1 else exc.exit_code)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
+        click.echo(error_line(str(exc)), err=True)
         sys.exit(EXIT_BAD_INPUT)
     except SystemExit:
         raise

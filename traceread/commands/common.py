@@ -20,8 +20,12 @@ from typing import Any, TypeVar
 
 import click
 
-from traceread.errors import EXIT_BAD_INPUT, TraceReadError
+from traceread.commands.fail import fail
+from traceread.errors import TraceReadError
 from traceread.textsafe import clean
+
+__all__ = ["UI", "OutputError", "check_writable", "fail", "is_stdout", "open_in_browser", "resolve_format", "ui",
+           "ui_options", "write_output"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,7 +58,8 @@ def ui() -> UI:
     ctx = click.get_current_context(silent=True)
     while ctx is not None:
         if "traceread.ui" in ctx.meta:
-            return ctx.meta["traceread.ui"]  # type: ignore[no-any-return]
+            found: UI = ctx.meta["traceread.ui"]
+            return found
         ctx = ctx.parent
     return UI()
 
@@ -107,7 +112,7 @@ def resolve_format(command: str, fmt: str | None, output: str | None, by_suffix:
     suffix = next((s for s in sorted(by_suffix, key=len, reverse=True) if name.endswith(s)), None)
     if suffix is None:
         if fmt in folder_formats or (fmt is not None and not Path(output).suffix):
-            return fmt  # type: ignore[return-value]  # the user named the format; nothing contradicts it
+            return str(fmt)  # the user named the format; nothing contradicts it
         known = ", ".join(sorted(set(by_suffix)))
         folders = f", or a folder with --format {'/'.join(folder_formats)}" if folder_formats else ""
         raise OutputError(f"traceread {command} cannot write {Path(output).suffix or 'a file without an extension'} "
@@ -162,17 +167,11 @@ def write_output(output: str | None, data: str | bytes) -> None:
         raise OutputError(f"cannot write ({exc.strerror or exc})", output) from None
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    """One line on stderr and the exit code (inside a click command)."""
-    click.echo(f"traceread: error: {clean(message)}", err=True)
-    click.get_current_context().exit(code)
-
-
 def open_in_browser(path: Path) -> bool:
     """The page in the default browser (``--open``); False when no browser could be started."""
     import webbrowser
 
     try:
         return bool(webbrowser.open(path.resolve().as_uri()))
-    except Exception:  # noqa: BLE001 - no browser is not an error of the report
+    except Exception:  # no browser is not an error of the report
         return False

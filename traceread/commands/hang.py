@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from traceread.commands.common import check_writable, fail, resolve_format, ui, ui_options, write_output
-from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.errors import EXIT_NO_TRACES, EXIT_OK, TraceReadError
 from traceread.textsafe import clean
 
 
@@ -19,7 +20,7 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) != 1 else ''} {rank_list(ranks)}"
 
 
-def _text(diag) -> str:  # type: ignore[no-untyped-def]
+def _text(diag: Any) -> str:
     from traceread.textsafe import clean_data
 
     e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives
@@ -72,9 +73,7 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None) -> Non
     try:
         diag = diagnose(run_dir)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
-        ctx.exit(EXIT_BAD_INPUT)
-        return
+        fail(str(exc))
     if diag is None:
         click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump, stack dump, hang.json, watchdog timeout "
                    "or timeout error file)", err=True)

@@ -28,6 +28,7 @@ from traceread.commands.common import (
     write_output,
 )
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.options import EXECUTORS
 from traceread.textsafe import clean
 
 FORMATS = ("rich", "html", "text", "json", "csv")
@@ -98,7 +99,7 @@ def _set_max_rank_bytes(text: str) -> None:
                    "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
                    "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
 @click.option("--ray-address", metavar="ADDR", default=None,
               help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")
@@ -160,7 +161,6 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         raise click.UsageError("--node-local goes with --executor ray (the files are read where they are)")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         fail("--executor ray needs Ray: pip install 'traceread[ray]'")
-        return
     _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty() and not u.quiet,
                          params=params, tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len,
@@ -182,10 +182,8 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
         if not isinstance(exc, CycleChoiceError):
             raise
         fail(str(exc))
-        return
     except NothingUsableError as exc:
         fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
-        return
     src = doc.get("source") or {}
     u.detail(f"analysed {len(doc.get('ranks') or [])} rank(s) of {src.get('files', '?')} trace file(s) in "
              f"{time.perf_counter() - t0:.2f} s (cache: {'off' if no_cache else _cache_dir(opts)})")

@@ -37,6 +37,8 @@ from __future__ import annotations
 from statistics import median, stdev
 from typing import Any
 
+from traceread.report_schema import Finding, Report
+
 DIFF_SCHEMA = "traceread.diff/1"
 #: The step changed when it moved by more than this share of A's step (and more than the noise).
 STEP_FLOOR = 0.01
@@ -74,13 +76,13 @@ def _judge(row: dict[str, Any], floor: float, *, rel: float = REL_FLOOR, absolut
     return row
 
 
-def _steps(rep: dict[str, Any]) -> int:
+def _steps(rep: Report) -> int:
     from traceread.build.queries import total_steps
 
-    return total_steps(rep)  # type: ignore[arg-type]
+    return total_steps(rep)
 
 
-def _job_steps(rep: dict[str, Any]) -> list[float]:
+def _job_steps(rep: Report) -> list[float]:
     """The job's time of each analysed step: median over ranks of that step's duration."""
     by_step: dict[int, list[float]] = {}
     for r in rep.get("ranks") or []:
@@ -94,14 +96,14 @@ def _std_error(values: list[float]) -> float:
     return stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
 
 
-def _kernel_rows(rep: dict[str, Any]) -> dict[str, float]:
+def _kernel_rows(rep: Report) -> dict[str, float]:
     steps = _steps(rep)
     nr = max(1, len(rep.get("ranks") or []))
     return {str(k["name"]): float(k.get("total_us") or 0.0) / max(int(k.get("ranks") or nr), 1) / steps
             for k in rep.get("kernels") or []}
 
 
-def _op_rows(rep: dict[str, Any]) -> dict[str, float]:
+def _op_rows(rep: Report) -> dict[str, float]:
     """Operator kernel time per step (roofline ops of the detailed rank), keyed by name and shapes."""
     r = rep.get("roofline") or {}
     scale = float(r.get("time_scale") or 1.0 / _steps(rep))
@@ -112,7 +114,7 @@ def _op_rows(rep: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, Any]]:
+def _coll_rows(rep: Report) -> dict[tuple[str, int | None], dict[str, Any]]:
     steps = _steps(rep)
     out: dict[tuple[str, int | None], dict[str, Any]] = {}
     for c in rep.get("collectives") or []:
@@ -124,7 +126,7 @@ def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, An
     return out
 
 
-def _finding_key(f: dict[str, Any]) -> str:
+def _finding_key(f: Finding) -> str:
     """A finding's identity across two reports: its id, plus the role where several share an id
     (ledger findings: one exposed-communication finding per role, one straggler per rank)."""
     parts = [str(f["id"]), *(str(f[k]) for k in ("role",) if f.get(k))]
@@ -133,17 +135,18 @@ def _finding_key(f: dict[str, Any]) -> str:
     return ":".join(parts)
 
 
-def _groups(rep: dict[str, Any]) -> dict[str, str]:
+def _groups(rep: Report) -> dict[str, str]:
     """Process groups by name → what to call them (role from the layout when known)."""
     out: dict[str, str] = {}
-    for g in (rep.get("layout") or {}).get("groups") or []:
+    layout = rep.get("layout")
+    for g in (layout["groups"] if layout else []):
         out[str(g.get("pg"))] = f"{g.get('role')} group {g.get('pg')} ({g.get('size')} ranks)"
     for c in rep.get("collectives") or []:
         out.setdefault(str(c.get("pg")), f"process group {c.get('pg')}")
     return out
 
 
-def _side(rep: dict[str, Any]) -> dict[str, Any]:
+def _side(rep: Report) -> dict[str, Any]:
     """What one side is: paths, ranks, steps, and the profiling cycle when one was chosen."""
     src = rep.get("source") or {}
     out = {"paths": src.get("paths"), "ranks": len(rep.get("ranks") or []), "steps": _steps(rep)}
@@ -152,7 +155,7 @@ def _side(rep: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _changes(a: dict[str, Any], b: dict[str, Any], fa: dict[str, Any], fb: dict[str, Any],
+def _changes(a: Report, b: Report, fa: dict[str, Finding], fb: dict[str, Finding],
              floor: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """What appeared in B and what vanished from A: findings, stragglers, process groups."""
     from traceread.fmt import ms
@@ -163,7 +166,8 @@ def _changes(a: dict[str, Any], b: dict[str, Any], fa: dict[str, Any], fb: dict[
     sb = {int(s["rank"]): s for s in b.get("stragglers") or [] if s.get("blame_us_per_step")}
     for key in sorted(set(fa) | set(fb)):
         f = fb.get(key) or fa[key]
-        if f["id"] == "straggler" and f.get("rank") is not None and int(f["rank"]) in set(sa) ^ set(sb):
+        r = f.get("rank")
+        if f["id"] == "straggler" and r is not None and int(r) in set(sa) ^ set(sb):
             continue  # named once, as the straggler below
         ia = (fa.get(key) or {}).get("impact_us_per_step") or 0.0
         ib = (fb.get(key) or {}).get("impact_us_per_step") or 0.0
@@ -213,14 +217,14 @@ def _answer(step: dict[str, Any], breakdown: dict[str, dict[str, Any]], appeared
     return lines
 
 
-def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[str, Any]:
+def diff_reports(a: Report, b: Report, top: int = 15) -> dict[str, Any]:
     """The comparison document (definitions in the module docstring)."""
     from traceread.build.queries import med, median_step_us, per_step
 
-    def med_field(rep: dict[str, Any], field: str) -> float | None:
-        return med(per_step(r, field) for r in rep.get("ranks") or [])  # type: ignore[arg-type]
+    def med_field(rep: Report, field: str) -> float | None:
+        return med(per_step(r, field) for r in rep.get("ranks") or [])
 
-    step = _delta(median_step_us(a), median_step_us(b))  # type: ignore[arg-type]
+    step = _delta(median_step_us(a), median_step_us(b))
     sa, sb = _job_steps(a), _job_steps(b)
     step["noise_us"] = 2.0 * (_std_error(sa) ** 2 + _std_error(sb) ** 2) ** 0.5
     base = step["a"] or step["b"] or 0.0
@@ -241,7 +245,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
     kernels, kernels_same = rows(_kernel_rows(a), _kernel_rows(b))
     ops, ops_same = rows(_op_rows(a), _op_rows(b))
     ca, cb = _coll_rows(a), _coll_rows(b)
-    colls = []
+    colls: list[dict[str, Any]] = []
     for key in set(ca) | set(cb):
         ra, rb = ca.get(key), cb.get(key)
 

@@ -42,9 +42,12 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 #: Bump when the layout of a summary or document entry changes.
 FORMAT = "traceread.cache/2"
@@ -115,7 +118,7 @@ def _read_entry(path: Path) -> Any:
     """Decode one msgpack entry file (data only; any trouble is None)."""
     try:
         return msgspec.msgpack.decode(path.read_bytes())
-    except Exception:  # noqa: BLE001 - a corrupt or foreign entry is a miss
+    except Exception:  # a corrupt or foreign entry is a miss
         return None
 
 
@@ -130,7 +133,7 @@ def _write_atomic(dest: Path, data: bytes) -> bool:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -195,7 +198,7 @@ def load_tables(f: Any, root: Path) -> Any:
             tables[name] = df
         mark_used(info_file)
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
-    except Exception:  # noqa: BLE001 - a broken cache entry is a miss, never an error
+    except Exception:  # a broken cache entry is a miss, never an error
         return None
 
 
@@ -204,7 +207,7 @@ def in_parse_cache(f: Any, root: Path) -> bool:
     try:
         info = msgspec.json.decode((entry_dir(root, f) / "meta.json").read_bytes())
         return bool(info.get("key") == parse_key(f))
-    except Exception:  # noqa: BLE001 - any doubt: not cached
+    except Exception:  # any doubt: not cached
         return False
 
 
@@ -231,7 +234,7 @@ def store_tables(rt: Any, f: Any, root: Path, key: dict[str, Any] | None = None)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -271,7 +274,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
         out = decode_summary(doc["summary"], cls)
         mark_used(_summary_file(root, key))
         return out
-    except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
+    except Exception:  # a well-formed but wrong entry is a miss too
         return None
 
 
@@ -385,7 +388,7 @@ def _document_file(root: Path, key: dict[str, Any]) -> Path:
     return root / DOCUMENT_FOLDER / f"{slot('document', key['paths'], key['options'])}.msgpack"
 
 
-def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+def load_document(root: Path, key: dict[str, Any]) -> Report | None:
     doc = _read_entry(_document_file(root, key))
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
         return None
@@ -393,10 +396,10 @@ def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     return doc["report"]
 
 
-def store_document(root: Path, key: dict[str, Any], report: dict[str, Any]) -> bool:
+def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
         data = _ENCODER.encode({"key": key, "report": report})
-    except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached
+    except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)
 
@@ -530,7 +533,7 @@ def evict(root: Path, limit: int | None = None) -> tuple[int, int]:
                 removed += 1
                 freed += e.bytes
         return removed, freed
-    except Exception:  # noqa: BLE001 - the cache is an optimisation: never fail a report over it
+    except Exception:  # the cache is an optimisation: never fail a report over it
         return 0, 0
 
 

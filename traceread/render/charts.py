@@ -16,7 +16,7 @@ from typing import Any
 from traceread.build.explain import bus_factor
 from traceread.build.queries import coll_time, n_steps, per_step, step_us
 from traceread.render.ledger_view import CATEGORY_WORDS
-from traceread.report_schema import LEDGER_CATEGORIES, Report
+from traceread.report_schema import LEDGER_CATEGORIES, RankEntry, Report
 
 PIPELINE_WORDS = {"fwd": "forward", "bwd": "backward", "p2p": "send/recv", "idle": "idle", "other": "other"}
 
@@ -63,7 +63,7 @@ def _layout(title: str, **kw: Any) -> dict[str, Any]:
     return base
 
 
-def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[dict[str, Any]]:
+def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[RankEntry]:
     """Ranks to draw one lane each for: all of them when few, else slowest/fastest/evenly spaced."""
     ranks = list(report.get("ranks") or [])
     if len(ranks) <= limit:
@@ -219,6 +219,7 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
 def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:
     """Rank × step: time each rank waited in collectives (or, without that, time behind the step median)."""
     hm = report.get("straggler_heatmap")
+    z: list[list[float | None]]
     if hm and hm.get("wait_us"):
         z = [[None if v is None else v / 1000.0 for v in row] for row in hm["wait_us"]]
         ranks, steps, what = hm["ranks"], hm["steps"], "wait in collectives (ms)"
@@ -233,11 +234,11 @@ def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:
             for s in r["steps"]:
                 z[i][idx[s["step"]]] = s["duration_us"] / 1000.0
         for j in range(len(steps)):
-            col = [row[j] for row in z if row[j] is not None]
+            col = [v for row in z if (v := row[j]) is not None]
             m = median(col) if col else 0.0
             for row in z:
-                if row[j] is not None:
-                    row[j] = row[j] - m
+                if (v := row[j]) is not None:
+                    row[j] = v - m
         ranks, what = [r["rank"] for r in ranks_e], "step time minus the step's median over ranks (ms)"
     return {"data": [{"type": "heatmap", "z": z, "x": [str(s) for s in steps], "y": [f"r{r}" for r in ranks],
                       "colorscale": "Reds", "colorbar": {"title": {"text": "ms"}},
@@ -254,7 +255,7 @@ def collectives_figure(report: Report, top: int = 15) -> tuple[Figure | None, st
         return None, "No collective with a known size and group (bandwidth needs both)."
     colls.sort(key=lambda c: -coll_time(c))
     colls = colls[:top]
-    x = [short(f"{c['name']} pg {c.get('pg')} {c.get('bytes', 0) / 1e6:.1f} MB") for c in colls]
+    x = [short(f"{c['name']} pg {c.get('pg')} {(c.get('bytes') or 0) / 1e6:.1f} MB") for c in colls]
     data = [{"type": "bar", "name": "bus bandwidth", "x": x, "y": [c["busbw_gbps"] for c in colls],
              "marker": {"color": "#4C78A8"}, "hovertemplate": "%{x}: %{y:.1f} GB/s<extra></extra>"}]
     peaks = [c.get("link_peak_gbps") for c in colls]

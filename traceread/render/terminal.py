@@ -61,7 +61,7 @@ def headline(report: Report) -> str:
     src = report.get("source") or {}
     ranks = report.get("ranks") or []
     devices = src.get("devices") or sorted({r.get("device") for r in ranks if r.get("device")})
-    cpu_only = bool(ranks) and all(_is_cpu(r) for r in ranks)  # type: ignore[arg-type]
+    cpu_only = bool(ranks) and all(_is_cpu(r) for r in ranks)
     dev = ", ".join(str(d) for d in devices[:2]) or ("CPU" if cpu_only else "unknown device")
     return (f"{len(ranks)} rank(s) of {src.get('world_size') or '?'} · {src.get('backend') or 'no backend'} · "
             f"{dev} · {total_steps(report)} step(s) · median step {ms(median_step_us(report))}")
@@ -271,7 +271,7 @@ def notes_section(report: Report, v: View) -> None:
 def drift_section(report: Report, v: View) -> None:
     from traceread.render.drift_view import render_terminal as render_drift
 
-    render_drift(report, v.console, ascii_only=v.ascii_only)  # type: ignore[arg-type]
+    render_drift(report, v.console, ascii_only=v.ascii_only)
 
 
 def warnings_section(report: Report, v: View) -> None:
