@@ -435,43 +435,51 @@ def mark_used(path: Path) -> None:
         pass
 
 
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for p in folder.iterdir():
-        try:
-            total += p.stat().st_size
-        except OSError:
-            pass
-    return total
+def _folder_bytes(folder: str) -> tuple[int, float]:
+    """(bytes of the files in a parse-cache folder, mtime of its meta.json or of the folder)."""
+    total, used = 0, 0.0
+    with os.scandir(folder) as it:
+        for f in it:
+            try:
+                st = f.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_size
+            if f.name == "meta.json":
+                used = st.st_mtime
+    return total, used or os.stat(folder).st_mtime
 
 
 def entries(root: Path) -> list[Entry]:
-    """Every entry under ``root``, whatever wrote it (temporary ``.tmp-*`` files excluded)."""
+    """Every entry under ``root``, whatever wrote it (temporary ``.tmp-*`` files excluded). One
+    ``scandir`` pass: a few thousand entries take tens of milliseconds."""
     out: list[Entry] = []
     if not root.is_dir():
         return out
-    for p in root.iterdir():
-        if p.name.startswith(".") or p.name == LIMIT_FILE:
-            continue
-        try:
-            if p.is_dir() and p.name not in (SUMMARY_FOLDER, DOCUMENT_FOLDER):
-                meta = p / "meta.json"
-                used = (meta if meta.exists() else p).stat().st_mtime
-                out.append(Entry(p, "parse", _folder_bytes(p), used))
-        except OSError:
-            continue
-    for kind, folder in (("summary", SUMMARY_FOLDER), ("document", DOCUMENT_FOLDER)):
-        d = root / folder
-        if not d.is_dir():
-            continue
-        for p in d.iterdir():
-            if p.name.startswith("."):
+    with os.scandir(root) as top:
+        for d in top:
+            if d.name.startswith(".") or d.name in (LIMIT_FILE, SUMMARY_FOLDER, DOCUMENT_FOLDER):
                 continue
             try:
-                st = p.stat()
+                if d.is_dir(follow_symlinks=False):
+                    size, used = _folder_bytes(d.path)
+                    out.append(Entry(Path(d.path), "parse", size, used))
             except OSError:
                 continue
-            out.append(Entry(p, kind, st.st_size, st.st_mtime))
+    for kind, folder in (("summary", SUMMARY_FOLDER), ("document", DOCUMENT_FOLDER)):
+        try:
+            it = os.scandir(root / folder)
+        except OSError:
+            continue
+        with it:
+            for f in it:
+                if f.name.startswith("."):
+                    continue
+                try:
+                    st = f.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out.append(Entry(Path(f.path), kind, st.st_size, st.st_mtime))
     return out
 
 
