@@ -208,5 +208,5 @@ def test_terminal_ledger_stays_compact_for_many_ranks() -> None:
     assert any(c.startswith("rank 6 *") for c, _ in rows)
     assert ledger_view.bar_text(rows[0][1]).count("C") + ledger_view.bar_text(rows[0][1]).count("W") == 60
     text = terminal.render_text(doc, top=10)
-    assert "Findings account for 0.0 of 1.0 ms per step" in text
+    assert "Findings account for 0 µs of 1.0 ms per step" in text
     assert text.count("|") < 200  # a few dozen bars, not 1200

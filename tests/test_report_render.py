@@ -219,19 +219,28 @@ def test_every_section_is_present_with_data(doc: dict) -> None:
     assert "2(N−1)/N" in page
 
 
-def test_sections_without_data_say_so() -> None:
+def test_sections_without_data_are_left_out() -> None:
+    """No "No data" boxes: a section with nothing to show is not on the page; one line at the end
+    names each (but the hang: most runs have none) with the reason."""
     d = full_report()
     for key in ("collectives", "stragglers", "slow_steps", "kernels"):
         d[key] = []
     for key in ("pipeline", "hang", "roofline", "straggler_heatmap", "nccl"):
         d[key] = None
     d["ranks"] = d["ranks"][:1]
+    d["warnings"] = []
     d["findings"] = findings.build_findings(d)
     json_report.assert_valid(d)
     page = html.render_html(d)
-    for key in ("heatmap", "collectives", "roofline", "pipeline", "kernels", "nccl", "hang"):
-        assert f'data-nodata="{key}"' in page, key
-    assert 'id="chart-breakdown"' in page
+    for key in ("stragglers", "collectives", "roofline", "pipeline", "kernels", "nccl", "hang", "warnings"):
+        assert f'<section id="{key}">' not in page, key
+    assert "data-nodata" not in page and "No data" not in page and "None." not in page
+    left = re.search(r'<p class="leftout" id="left-out">(.*?)</p>', page, re.S)
+    assert left is not None
+    for key in ("stragglers", "collectives", "roofline", "pipeline", "kernels", "nccl"):
+        assert f'data-left-out="{key}"' in left.group(1), key
+    assert 'data-left-out="hang"' not in page and 'data-left-out="warnings"' not in page
+    assert 'id="chart-breakdown"' in page and '<section id="breakdown">' in page
 
 
 def test_big_job_page_stays_small() -> None:
@@ -248,3 +257,25 @@ def test_big_job_page_stays_small() -> None:
     lanes = {y for trace in fig["data"] for y in trace["y"]}
     assert len(lanes) <= charts.MAX_LANES
     assert "255 more" not in page and "256 faster ranks not listed" in page
+
+
+def test_charts_read_as_words_and_never_crowd() -> None:
+    """Legend labels are words, legends sit right of the plot (never in the title row, where the
+    hover-only mode bar is), log axes write powers of ten, and the critical path is markers."""
+    d = with_ledger(full_report())
+    d["findings"] = findings.build_findings(d)
+    figs = {k: f for k, (f, _) in charts.all_figures(d).items() if f is not None}
+    names = {t.get("name") for f in figs.values() for t in f["data"]}
+    assert not {"idle_other", "comm_wait", "compute_bound", "fwd", "bwd", "p2p"} & names
+    assert {"other idle", "comm wait", "compute-bound"} <= names
+    for key, f in figs.items():
+        legend = f["layout"].get("legend") or {}
+        assert legend.get("x", 0) >= 1.0 and legend.get("yanchor") == "top", key  # right of the plot, top-aligned
+        assert f["layout"]["title"]["yref"] == "container", key
+    roof = figs["roofline"]["layout"]
+    assert roof["xaxis"]["exponentformat"] == roof["yaxis"]["exponentformat"] == "power"
+    crit = [t for t in figs["timeline"]["data"] if t.get("legendgroup") == "critical"]
+    assert crit and all(t["mode"] == "markers" for t in crit) and all(None not in t["x"] for t in crit)
+    page = html.render_html(d)
+    assert "displayModeBar: \"hover\"" in page
+    assert "td.name { max-width" in page and "white-space: nowrap" in page

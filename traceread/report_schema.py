@@ -27,6 +27,11 @@ class StepEntry(TypedDict, total=False):
     exposed_memcpy_us: float | None
     idle_us: float | None
     host_bound_us: float | None  # idle in the step because the host launched late (analysis.idle)
+    # extra, CPU-only ranks (no GPU in the trace): the host's split of this step (analysis.time.cpu_breakdown)
+    cpu_compute_us: float
+    cpu_comm_us: float
+    cpu_exposed_comm_us: float
+    cpu_idle_us: float
 
 
 class IdleBreakdown(TypedDict):

@@ -135,6 +135,10 @@ def _rank_entry(rt: RankTrace, windows: StepWindows | None, frame: pl.DataFrame,
                                        "kernel_gap_us": float(ib["kernel_gap_us"]), "other_us": float(ib["other_us"])}
     else:
         e["cpu"] = guarded(f"rank {rt.rank}: CPU breakdown", warnings, lambda: cpu_breakdown.cpu_breakdown(rt))
+        split = guarded(f"rank {rt.rank}: CPU breakdown per step", warnings, lambda: cpu_breakdown.cpu_step_split(
+            rt, [(s["start_us"], s["duration_us"]) for s in steps]))
+        for s, part in zip(steps, split or []):
+            s.update(part)
     return cast(RankEntry, e)  # built field by field above (breakdown fields by name)
 
 

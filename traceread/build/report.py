@@ -74,6 +74,29 @@ def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]
     return out
 
 
+def _no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
+    """One line for a collected run that recorded no trace: why, and how to collect one."""
+    o = run_info.get("options") or {}
+    ran = [i["steps"] for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
+    need = 1 + int(o.get("wait") or 0) + int(o.get("warmup") or 0) + 1
+    why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
+           f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else
+           "no rank reported an optimizer step" if not ran else "no rank wrote one (see launcher.log)")
+    active = max(1, max(ran) - 2) if ran else 3  # what fits the job's steps after --wait 0 --warmup 1
+    return f"{run_dir}: no trace: {why}; collect again with e.g. --wait 0 --warmup 1 --active {active}"
+
+
+def _partial_window(run_info: dict[str, Any] | None) -> str | None:
+    """The warning of a window the end of the job cut short (collect keeps its recorded steps)."""
+    parts = [i["partial"] for i in ((run_info or {}).get("ranks") or {}).values()
+             if isinstance(i, dict) and isinstance(i.get("partial"), dict)]
+    if not parts:
+        return None
+    p = parts[0]
+    return (f"partial window: the job ended after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
+            f"({len(parts)} rank(s)); the report covers those steps")
+
+
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
     """The report document for the traces under ``paths`` (folders, globs, files, object URLs).
 
@@ -98,6 +121,8 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
         caches.store_document(root, key, report)
+    if root is not None:
+        caches.evict(root)  # the size bound: least recently used entries go first
     return report
 
 
@@ -153,6 +178,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
+    if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
+        raise NothingUsableError(_no_trace_line(run_dir or Path(str(paths[0])), run_info))
     if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
@@ -163,6 +190,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     if nccl is not None and summaries:  # the traces name the GPUs: hardware-fitted NCCL advice
         guarded("NCCL diagnoses", warnings, lambda: nccl_records.refit(nccl, [s.meta.device_name for s in summaries
                                                                                if s.meta.device_name]))
+    partial = _partial_window(run_info)
+    if partial:
+        warnings.append(partial)
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)

@@ -23,7 +23,7 @@ from typing import IO, Any
 from traceread import __version__
 from traceread.collect.env import collect_env
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
-from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
+from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines
@@ -280,11 +280,6 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
-    if opts.profile and opts.inject and not any((host_dir / "traces").glob("rank*.pt.trace.json*")):
-        steps = [int(i["steps"]) for i in read_ranks(host_dir).values() if isinstance(i.get("steps"), int)]
-        note = too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
-        if note:
-            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
@@ -293,6 +288,15 @@ def run_collect(opts: CollectOptions) -> int:
         _finalize(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
     except OSError as exc:  # the run folder became unwritable: the job's exit code still wins
         sys.stderr.write(f"[traceread] {clean_lines(str(exc))}: run.json not written\n")
+    summary = "".join(f"[traceread] {clean_lines(line)}\n"
+                      for line in closing_summary(opts, run_root, host_dir, code, hang, time.time_ns() - start_ns))
+    if opts.echo:
+        sys.stderr.write(summary)
+    try:
+        with open(host_dir / "launcher.log", "a", encoding="utf-8") as log:
+            log.write(summary)
+    except OSError:
+        pass
     return code
 
 
@@ -384,3 +388,48 @@ def _inventory(host_dir: Path) -> dict[str, list[str]]:
         out[sub] = sorted(str(p.relative_to(host_dir)) for p in (host_dir / sub).glob("*")
                           if p.is_file() and not p.name.startswith("."))
     return out
+
+
+def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: int, hang: dict[str, Any] | None,
+                    elapsed_ns: int) -> list[str]:
+    """The lines printed after every collect: what ran, what was collected where (a window cut short
+    by the end of the job says so), and the command to run next."""
+    import shlex
+
+    ranks = read_ranks(host_dir)
+    traces = sorted(p for p in (host_dir / "traces").rglob("rank*.pt.trace.json*") if p.is_file())
+    partial = {r: i["partial"] for r, i in ranks.items() if isinstance(i.get("partial"), dict)}
+    steps = sorted({(min(i["profiler_steps"]), max(i["profiler_steps"])) for i in ranks.values()
+                    if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
+    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
+    if traces:
+        where = "steps unknown" if not steps else (
+            f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
+        lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
+        if partial:
+            p = next(iter(partial.values()))
+            lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
+                         f"steps on {len(partial)} rank(s); those steps are kept and reported")
+    elif opts.profile and opts.inject:
+        run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
+        lines.append("  traces:  none — " + (too_short_note(max(run), opts.wait, opts.warmup, opts.active) or
+                                              "no rank reached an active profiler step") if run else
+                     "  traces:  none — no rank reported an optimizer step (did the job import torch and step an optimizer?)")
+    extras = [f"{n} {what}" for n, what in ((len(list((host_dir / "nccl").glob("*"))), "NCCL log(s)"),
+                                           (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),
+                                           (len(list((host_dir / "fr").glob("*"))), "Flight Recorder dump(s)"))
+              if n]
+    if extras:
+        lines.append("  also:    " + ", ".join(extras))
+    quoted = shlex.quote(str(run_root))
+    nxt = []
+    if traces:
+        nxt.append(f"traceread report {quoted}")
+    if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
+        nxt.append(f"traceread hang {quoted}")
+    if not traces and not nxt:
+        run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
+        nxt.append(f"traceread collect -o {shlex.quote(str(run_root) + '-2')} --wait 0 --warmup 1 --active "
+                   f"{short_job_active(max(run)) if run else 3} -- {' '.join(shlex.quote(c) for c in opts.command)}")
+    lines.append("  next:    " + "   ".join(nxt))
+    return lines

@@ -43,8 +43,9 @@ def _ranks(value: str) -> str:
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True, type=click.IntRange(0),
               help="Profiler schedule: steps traced but discarded (profiler start-up cost).")
 @click.option("--active", default=DEFAULT_ACTIVE, show_default=True, type=click.IntRange(1),
-              help="Profiler schedule: steps recorded (enough for slow-step statistics). The job needs "
-                   "1 + wait + warmup + active optimizer steps for a trace (19 by default).")
+              help="Profiler schedule: steps recorded (enough for slow-step statistics): optimizer steps "
+                   "2 + wait + warmup on (10-19 by default). A job that ends inside the window keeps the "
+                   "steps it recorded (a partial window, marked so).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Profiler cycles; with more than 1, each is kept in traces/cycle{C}/ (see --max-cycles).")
 @click.option("--every", default=0, show_default=True, type=click.IntRange(0), metavar="N",
@@ -90,7 +91,8 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
 
     Nothing in the training script changes: a sitecustomize on PYTHONPATH starts torch.profiler in
     each rank (driven by optimizer steps), records progress for the hang watchdog, and answers dump
-    requests. Exits with COMMAND's exit code.
+    requests. Exits with COMMAND's exit code, and ends with a summary: what was collected where,
+    and the command to run next.
 
     \b
     Examples:

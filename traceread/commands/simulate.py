@@ -145,14 +145,23 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
                     optimizer=not no_optimizer, slow_steps=slow_steps, **knobs)
     except ValueError as exc:
         raise TraceReadError(str(exc)) from None
+    from statistics import fmean
+
+    from traceread.fmt import ms
+
     r0 = truth["ranks"]["0"]
     click.echo(f"wrote {truth['world_size']} ranks x {len(truth['steps'])} steps of '{scenario}' on "
                f"{truth['device']} to {clean(str(out_dir))}/ (truth.json)")
-    step = r0["steps"][0]["duration_us"] / 1000
-    click.echo(f"rank 0: step {step:.2f} ms, compute {r0['compute_us'] / 1000:.2f} ms, exposed comm "
-               f"{r0['exposed_comm_us'] / 1000:.2f} ms, idle {r0['idle_us'] / 1000:.2f} ms, MFU {r0['mfu_pct']:.1f}%")
-    for s in truth["stragglers"]:
-        click.echo(f"straggler rank {s['rank']} ({s['cause']}): blame {s['blame_us_per_step'] / 1000:.2f} ms/step")
+
+    def mean(key: str) -> float:
+        return fmean(float(s.get(key) or 0.0) for s in r0["steps"])
+
+    # every number per step (means over the steps of rank 0), so they add up to the step beside them
+    click.echo(f"rank 0, mean per step: step {ms(mean('duration_us'), 2)} = compute {ms(mean('compute_us'), 2)} + "
+               f"exposed comm {ms(mean('exposed_comm_us'), 2)} + exposed memcpy {ms(mean('exposed_memcpy_us'), 2)} + "
+               f"idle {ms(mean('idle_us'), 2)}; MFU {r0['mfu_pct']:.1f}%")
+    for st in truth["stragglers"]:
+        click.echo(f"straggler rank {st['rank']} ({st['cause']}): others wait {ms(st['blame_us_per_step'], 2)} per step")
     if truth["pipeline"]:
         p = truth["pipeline"]
         click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
@@ -164,9 +173,8 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
     led = truth["ledger"]
     top = sorted(led["parts"], key=lambda x: -x["us"])[:3]
     parts = ", ".join(f"{x['category']}{':' + x['role'] if x['role'] else ''} rank {x['rank']} "
-                      f"{x['us'] / 1000:.2f} ms" for x in top)
-    click.echo(f"job ledger, step {led['step']} ({led['step_us'] / 1000:.2f} ms, critical rank "
-               f"{led['critical_rank']}): {parts}")
+                      f"{ms(x['us'], 2)}" for x in top)
+    click.echo(f"job ledger of step {led['step']} ({ms(led['step_us'], 2)}, critical rank {led['critical_rank']}): {parts}")
 
 
 def _act_factor(value: str) -> tuple[int, float]:

@@ -21,6 +21,10 @@ Data only, never pickles, so a file in the cache directory can never run code, w
   folder's side files (run.json, NCCL logs, Flight Recorder dumps, stacks), the analysis options and
   the code, so a second ``report`` of an unchanged run only renders.
 
+The cache is bounded (:func:`evict`, after each report): a hit touches its entry's mtime, and when
+the whole folder is over :func:`max_bytes` (4 GiB by default, ``$TRACEREAD_CACHE_MAX`` or
+``traceread cache limit``) the least recently used entries go first.
+
 This module imports neither polars nor the analyses at import time: the warm document path uses it.
 """
 
@@ -201,6 +205,7 @@ def load_tables(f: Any, root: Path) -> Any:
             if dict(df.schema) != schema:
                 return None
             tables[name] = df
+        mark_used(info_file)
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
     except Exception:  # a broken cache entry is a miss, never an error
         return None
@@ -275,7 +280,9 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("summary"), bytes):
         return None
     try:
-        return decode_summary(doc["summary"], cls)
+        out = decode_summary(doc["summary"], cls)
+        mark_used(_summary_file(root, key))
+        return out
     except Exception:  # a well-formed but wrong entry is a miss too
         return None
 
@@ -394,6 +401,7 @@ def load_document(root: Path, key: dict[str, Any]) -> Report | None:
     doc = _read_entry(_document_file(root, key))
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
         return None
+    mark_used(_document_file(root, key))
     return doc["report"]
 
 
@@ -403,3 +411,154 @@ def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)
+
+
+# ------------------------------------------------------------------------------------------------
+# size bound: accounting and least-recently-used eviction (``traceread cache``)
+
+#: The cache's default bound on disk (parse + summaries + documents), bytes.
+DEFAULT_MAX_BYTES = 4 * 2**30
+#: Environment variable that sets the bound (``8GiB``, ``500MB``; ``0`` or ``off``: no bound).
+MAX_ENV = "TRACEREAD_CACHE_MAX"
+#: File in the cache folder holding the bound set by ``traceread cache limit SIZE``.
+LIMIT_FILE = "max-size"
+#: Eviction goes down to this share of the bound, so that the next report does not evict again.
+EVICT_TO = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One cache entry: a parse-cache folder, a summary or a document file."""
+
+    path: Path
+    kind: str  # "parse" | "summary" | "document"
+    bytes: int
+    last_used: float  # mtime of the file a hit touches (meta.json for a parse entry)
+
+
+def mark_used(path: Path) -> None:
+    """Record a hit for least-recently-used eviction (the entry's mtime; atime is often off)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _folder_bytes(folder: str) -> tuple[int, float]:
+    """(bytes of the files in a parse-cache folder, mtime of its meta.json or of the folder)."""
+    total, used = 0, 0.0
+    with os.scandir(folder) as it:
+        for f in it:
+            try:
+                st = f.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_size
+            if f.name == "meta.json":
+                used = st.st_mtime
+    return total, used or os.stat(folder).st_mtime
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every entry under ``root``, whatever wrote it (temporary ``.tmp-*`` files excluded). One
+    ``scandir`` pass: a few thousand entries take tens of milliseconds."""
+    out: list[Entry] = []
+    if not root.is_dir():
+        return out
+    with os.scandir(root) as top:
+        for d in top:
+            if d.name.startswith(".") or d.name in (LIMIT_FILE, SUMMARY_FOLDER, DOCUMENT_FOLDER):
+                continue
+            try:
+                if d.is_dir(follow_symlinks=False):
+                    size, used = _folder_bytes(d.path)
+                    out.append(Entry(Path(d.path), "parse", size, used))
+            except OSError:
+                continue
+    for kind, folder in (("summary", SUMMARY_FOLDER), ("document", DOCUMENT_FOLDER)):
+        try:
+            it = os.scandir(root / folder)
+        except OSError:
+            continue
+        with it:
+            for f in it:
+                if f.name.startswith("."):
+                    continue
+                try:
+                    st = f.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out.append(Entry(Path(f.path), kind, st.st_size, st.st_mtime))
+    return out
+
+
+def max_bytes(root: Path) -> int | None:
+    """The bound: ``$TRACEREAD_CACHE_MAX``, else ``traceread cache limit``'s file, else 4 GiB;
+    None when set to ``0``/``off``/``none`` (no bound). A value that is not a size is ignored."""
+    from traceread.read.inflate import parse_size
+
+    text = os.environ.get(MAX_ENV)
+    if text is None:
+        try:
+            text = (root / LIMIT_FILE).read_text().strip()
+        except OSError:
+            return DEFAULT_MAX_BYTES
+    if text.strip().lower() in ("0", "off", "none", "unlimited"):
+        return None
+    try:
+        return parse_size(text)
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+def set_max_bytes(root: Path, value: int | None) -> None:
+    """Store the bound for later runs (None: no bound)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / LIMIT_FILE).write_text("off\n" if value is None else f"{value}\n")
+
+
+def _remove(e: Entry) -> bool:
+    try:
+        if e.path.is_dir():
+            # rename first: a reader that opened the folder meanwhile sees a miss, never half an entry
+            tmp = e.path.with_name(f".tmp-evict-{e.path.name}")
+            os.replace(e.path, tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            e.path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def evict(root: Path, limit: int | None = None) -> tuple[int, int]:
+    """Remove least-recently-used entries until the cache is under :data:`EVICT_TO` of the bound,
+    when it is over the bound. Returns (entries removed, bytes freed); never raises."""
+    try:
+        limit = max_bytes(root) if limit is None else limit
+        if limit is None:
+            return 0, 0
+        found = entries(root)
+        total = sum(e.bytes for e in found)
+        if total <= limit:
+            return 0, 0
+        removed = freed = 0
+        for e in sorted(found, key=lambda e: e.last_used):
+            if total - freed <= limit * EVICT_TO:
+                break
+            if _remove(e):
+                removed += 1
+                freed += e.bytes
+        return removed, freed
+    except Exception:  # the cache is an optimisation: never fail a report over it
+        return 0, 0
+
+
+def clear(root: Path) -> tuple[int, int]:
+    """Remove every entry (the bound setting stays). Returns (entries removed, bytes freed)."""
+    removed = freed = 0
+    for e in entries(root):
+        if _remove(e):
+            removed += 1
+            freed += e.bytes
+    return removed, freed

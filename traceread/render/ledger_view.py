@@ -26,6 +26,8 @@ STYLE: dict[str, tuple[str, str, str]] = {
     "idle_other": (".", "other idle", "white"),
 }
 BAR_WIDTH = 60
+#: Each category in words, for every view (the document's ids are for programs).
+CATEGORY_WORDS: dict[str, str] = {c: label for c, (_glyph, label, _colour) in STYLE.items()}
 
 
 def by_category(parts: list[LedgerPart]) -> dict[str, float]:
@@ -55,7 +57,7 @@ def bar_text(totals: dict[str, float], width: int = BAR_WIDTH) -> str:
 def legend(totals: dict[str, float]) -> str:
     """``C compute-bound 30.1 ms · W comm wait 3.0 ms · ...`` biggest first."""
     items = sorted(totals.items(), key=lambda kv: -kv[1])
-    return " · ".join(f"{STYLE[c][0]} {STYLE[c][1]} {ms(v)}" for c, v in items)
+    return " · ".join(f"{STYLE[c][0]} {STYLE[c][1]} {ms(v)}" for c, v in items if v > 0)
 
 
 def coverage_line(report: Report) -> str | None:
@@ -63,7 +65,7 @@ def coverage_line(report: Report) -> str | None:
     if not cov or not cov.get("step_us"):
         return None
     e, s = float(cov["explained_us"]), float(cov["step_us"])
-    return f"Findings account for {e / 1000:.1f} of {s / 1000:.1f} ms per step ({100 * e / s:.0f}%)."
+    return f"Findings account for {ms(e)} of {ms(s)} per step ({100 * e / s:.0f}%)."
 
 
 def job_lines(report: Report) -> list[tuple[str, dict[str, float]]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from traceread.fmt import ms, nbytes, pct
 from traceread.render.charts import Figure, _layout, label
+from traceread.report_schema import MemoryRank, Report
 
 PHASE_COLORS = {"forward": "rgba(76,120,168,0.10)", "backward": "rgba(114,183,178,0.16)",
                 "optimizer": "rgba(245,133,24,0.14)"}
@@ -20,7 +21,7 @@ CAPACITY_LINE_SHARE = 0.5
 ZOOM_BELOW = 0.5
 
 
-def _where(r: dict[str, Any]) -> str:
+def _where(r: MemoryRank) -> str:
     bits = []
     if r.get("peak_step") is not None:
         bits.append(f"step {r['peak_step']} +{ms(r.get('peak_offset_us'))}")
@@ -31,12 +32,12 @@ def _where(r: dict[str, Any]) -> str:
     return " ".join(bits)
 
 
-def peak_row(report: dict[str, Any]) -> dict[str, Any] | None:
+def peak_row(report: Report) -> MemoryRank | None:
     m = report.get("memory") or {}
     return next((r for r in m.get("ranks") or [] if r.get("rank") == m.get("peak_rank")), None)
 
 
-def terminal_line(report: dict[str, Any]) -> str | None:
+def terminal_line(report: Report) -> str | None:
     """``Memory: ...`` in one line; None without a memory section."""
     m = report.get("memory")
     if not m:
@@ -72,7 +73,7 @@ def terminal_line(report: dict[str, Any]) -> str | None:
     return "Memory: " + "; ".join(parts)
 
 
-def memory_figure(report: dict[str, Any]) -> tuple[Figure | None, str | None]:
+def memory_figure(report: Report) -> tuple[Figure | None, str | None]:
     """Allocated and reserved over the peak rank's step (GB = 1e9 bytes), phases shaded, the peak marked."""
     m = report.get("memory") or {}
     tl = m.get("timeline")
@@ -121,7 +122,7 @@ def memory_figure(report: dict[str, Any]) -> tuple[Figure | None, str | None]:
                                             yaxis={"title": {"text": "GB"}, "rangemode": "tozero"})}, None
 
 
-def explanation(report: dict[str, Any]) -> str:
+def explanation(report: Report) -> str:
     m = report.get("memory") or {}
     r = peak_row(report)
     text = ("Each allocation and free the caching allocator made while the profiler ran (profile_memory=True). "
@@ -140,7 +141,7 @@ def explanation(report: dict[str, Any]) -> str:
     return text
 
 
-def model_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def model_rows(report: Report) -> list[tuple[str, str]]:
     model = (report.get("memory") or {}).get("model")
     if not model:
         return []

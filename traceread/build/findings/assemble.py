@@ -55,6 +55,17 @@ def _coll_label(c: CollectiveEntry) -> str:
     return f"{c.get('name')} on process group {c.get('pg')}{size}"
 
 
+def _fail_fast_advice(report: Report) -> str:
+    """How to make the next hang fail fast: NCCL's watchdog settings only mean something to NCCL."""
+    backend = str((report.get("source") or {}).get("backend") or "").lower()
+    h = report.get("hang") or {}
+    gloo = "gloo" in backend or (not backend and any("gloo" in str(e).lower() for e in h.get("evidence") or []))
+    if not gloo:
+        return "Set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a shorter timeout in init_process_group so the job fails fast."
+    return ("Pass a shorter timeout to init_process_group (timeout=datetime.timedelta(minutes=5)): gloo then fails "
+            "the stuck collective with an error instead of waiting 30 minutes.")
+
+
 def hang(report: Report) -> list[Finding]:
     h = report.get("hang")
     if not h:
@@ -73,7 +84,7 @@ def hang(report: Report) -> list[Finding]:
             "ranks' stacks show what they were doing instead.")
     sugg = ["Look at the missing ranks' stacks: code that runs a collective on only some ranks "
             "(rank-conditional logging, checkpointing, uneven data) is the usual cause.",
-            "Set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a shorter timeout in init_process_group so the job fails fast."]
+            _fail_fast_advice(report)]
     f = _finding("hang", title, step, report, expl, evidence, sugg,
                  rank=(missing[0] if missing else None), collective=h.get("op"))
     f["impact_pct"] = 100.0 if step else None  # a hung job loses every step from then on

@@ -74,6 +74,7 @@ class _State:
         self.profile_selected = False
         self.profile_done = False
         self.cycles = 0
+        self.partial: tuple[int, int] | None = None  # (active steps recorded, unfinished step) of a window cut short
         self.cycle_log: list[dict[str, Any]] = []  # one entry per finished cycle (info["cycles"])
         self.step_ns: dict[int, int] = {}  # profiler step number -> wall time it began (active steps only)
         self.torch_ready = False
@@ -783,15 +784,48 @@ def _drop_old_cycles(state: _State) -> None:
         _log(state, f"cycle {entry['cycle']} trace removed (max_cycles={cap})")
 
 
-def _stop_profiler(state: _State) -> None:
+def _recorded_in_window(state: _State, prof: Any) -> int:
+    """Active steps already finished in the window in progress (torch.profiler.schedule's own rule:
+    step ``s`` records when ``s mod (wait + warmup + active) >= wait + warmup``)."""
+    wait, warmup, active, repeat = _schedule_numbers(state.config)
+    n = wait + warmup + active
+    step = int(getattr(prof, "step_num", 0))
+    if n <= 0 or (repeat > 0 and step // n >= repeat):
+        return 0
+    return max(0, step % n - (wait + warmup))
+
+
+def _stop_profiler(state: _State, keep_partial: bool = False) -> None:
+    """Stop the profiler. ``keep_partial`` (the job is ending): a window that already recorded active
+    steps is exported, marked partial, instead of thrown away; the step cut short by the exit is renamed
+    in the trace so no reader takes it for a training step."""
     prof, state.prof = state.prof, None
     if prof is None:
         return
     try:
-        prof.on_trace_ready = None  # a partial cycle at stop is not exported
+        recorded = _recorded_in_window(state, prof) if keep_partial else 0
+        if recorded > 0:
+            state.partial = (recorded, int(getattr(prof, "step_num", 0)))
+        else:
+            prof.on_trace_ready = None  # nothing recorded yet (or not ending): nothing to export
         prof.stop()
     except BaseException:
         _log_exc(state, "profiler stop")
+
+
+def _copy_replacing(src: Any, dst: Any, old: bytes, new: bytes, chunk: int = 1 << 20) -> None:
+    """Copy ``src`` to ``dst`` with every ``old`` replaced by ``new``, in bounded memory (a match
+    across two chunks is found: the tail that could start one is carried over)."""
+    carry = b""
+    while True:
+        block = src.read(chunk)
+        if not block:
+            dst.write(carry.replace(old, new))
+            return
+        data = (carry + block).replace(old, new)
+        keep = len(old) - 1
+        carry, out = (data[-keep:], data[:-keep]) if keep and len(data) > keep else (data, b"") if keep else (b"", data)
+        dst.write(out)
 
 
 def _export(state: _State, prof: Any) -> None:
@@ -802,21 +836,32 @@ def _export(state: _State, prof: Any) -> None:
     tmp_json = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.json")
     tmp_gz = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.gz")
     last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
-    steps = list(range(last - int(state.config["active"]) + 1, last + 1))
+    partial = state.partial
+    recorded = partial[0] if partial else int(state.config["active"])
+    steps = list(range(last - recorded + 1, last + 1))
     entry: dict[str, Any] = {"cycle": state.cycles, "steps": [steps[0], steps[-1]] if steps else None,
                              "start_ns": state.step_ns.get(steps[0]) if steps else None, "end_ns": end_ns,
                              "trace": None}
+    if partial:
+        entry["partial"] = {"recorded": recorded, "active": int(state.config["active"]),
+                            "unfinished_step": partial[1]}
     try:
         _fail_point(state, "export")
         final = _trace_path(state, state.cycles)
         prof.export_chrome_trace(tmp_json)
         with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=4) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            if partial:  # the step the exit cut short is no training step: renamed, so readers skip it
+                _copy_replacing(src, dst, f'"ProfilerStep#{partial[1]}"'.encode(),
+                                f'"traceread: step {partial[1]} cut short by the exit"'.encode())
+            else:
+                shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp_gz, final)
         state.info["trace"] = entry["trace"] = os.path.relpath(final, state.run_dir)
         state.info["profiler_steps"] = steps
         if state.config.get("memory_snapshot"):
             entry["memory_snapshot"] = _write_snapshot(state, prof, _snapshot_name(state))
+        if partial:
+            state.info["partial"] = entry["partial"]
         _log(state, f"trace cycle {state.cycles} written to {state.info['trace']} "
                     f"in {time.perf_counter() - t0:.3f} s")
     except BaseException as exc:
@@ -938,7 +983,7 @@ def _on_uncaught_oom(state: _State, exc: BaseException) -> None:
 def _at_exit(state: _State) -> None:
     try:
         state.info["clock"].append(_clock_sample("exit"))
-        _stop_profiler(state)
+        _stop_profiler(state, keep_partial=True)
         if state.clock_thread is not None:
             state.clock_thread.join(2.0)  # a short job may end before the offset exchange finished
         _write_rank_json(state)
