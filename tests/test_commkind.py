@@ -27,8 +27,8 @@ COMM_NAMES = {
         "custom_allreduce",
     "void c10d::symmetric_memory::multimem_all_reduce_kernel<__nv_bfloat16, 16, 8>(...)": "symm_mem",
     "void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 16, 8>(...)": "symm_mem",
-    "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)": "nvshmem",
-    "void deep_ep::internode_ll::combine<false, 7168>(void*, void*, int*)": "nvshmem",
+    "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)": "ep",
+    "void deep_ep::internode_ll::combine<false, 7168>(void*, void*, int*)": "ep",
     "void mscclpp::allreduce6<__nv_bfloat16>(__nv_bfloat16*, mscclpp::DeviceHandle<mscclpp::SmChannel>*)": "msccl",
 }
 # Compute kernels whose names merely contain "reduce", "gather", "dispatch" or "combine".
@@ -95,9 +95,9 @@ def _engine_rank():  # type: ignore[no-untyped-def]
 def test_kinds_by_launching_operator() -> None:
     rt = _engine_rank()
     kinds = commkind.comm_kinds(rt.gpu, rt.host).to_list()
-    assert kinds == [None, "op", None, "nvshmem"]
+    assert kinds == [None, "op", None, "ep"]
     # without the host table only the name counts
-    assert commkind.comm_kinds(rt.gpu).to_list() == [None, None, None, "nvshmem"]
+    assert commkind.comm_kinds(rt.gpu).to_list() == [None, None, None, "ep"]
     assert commkind.gpu_classes(rt.gpu, rt.host).to_list() == ["comp", "comm", "comp", "comm"]
     assert rt.gpu.select(gpu_class_expr())["gpu_class"].to_list() == ["comp", "comp", "comp", "comm"]
 

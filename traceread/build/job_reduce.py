@@ -145,8 +145,10 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
         return
     # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
     # back to send/recv → pp, all-to-all → ep, else other.
+    from traceread.analysis.comm.layout import UNNAMED_PG
+
     roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
-    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
+    role_of = (lambda pg: roles.get(UNNAMED_PG if pg is None else str(pg), "other")) if roles else None
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
     report["ledger"] = led.job
     for e in report["ranks"]:

@@ -208,7 +208,13 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
     from traceread.analysis.time import breakdown
     from traceread.analysis.time import steps as steps_mod
 
+    from dataclasses import replace
+
+    from traceread.analysis.kinds import fill_launch_comm_args
+
     warnings: list[str] = []
+    rt = replace(rt, gpu=guarded(f"rank {rt.rank}: comm args", warnings,
+                                 lambda: fill_launch_comm_args(rt.gpu, rt.host), rt.gpu))
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))
     if windows is not None and windows.note:
         warnings.append(f"rank {rt.rank}: {windows.note}")

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
+from traceread.analysis.comm.context import event_context
 from traceread.analysis.kinds import collective_of_kernel, comm_mask
 from traceread.model import RankTrace
 
@@ -60,6 +61,10 @@ EXTRACT_SCHEMA: dict[str, pl.DataType] = {
     # the difference between two events is how long the GPU computed between them.
     "busy_at_start": pl.Float64,
     "busy_at_end": pl.Float64,
+    # where it was launched from (analysis.comm.context): fwd | bwd | post | nobwd, and the framework
+    # (ddp, fsdp) or engine operator (vllm::all_reduce, ...) that issued it; null when unknown
+    "phase": pl.Utf8,
+    "launcher": pl.Utf8,
 }
 
 #: Collectives where every member must arrive before any can finish (N x N wait rule).
@@ -259,10 +264,13 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
             step = np.full(frame.height, -1, dtype=np.int64)
         comp = gpu.filter((pl.col("kind") != "memcpy") & ~is_comm)
         busy = _busy_function(comp)
+        starts = [r if r is not None else o for r, o in zip(launch_rows, comm["op_row"].to_list())]
+        phase, launcher = event_context(host, starts, launch_ts.tolist(), rt.steps)
         frame = frame.with_columns(
             pl.Series("step", step, dtype=pl.Int64),
             pl.Series("busy_at_start", busy(frame["ts"].to_numpy()), dtype=pl.Float64),
             pl.Series("busy_at_end", busy(frame["end"].to_numpy()), dtype=pl.Float64),
+            pl.Series("phase", phase, dtype=pl.Utf8), pl.Series("launcher", launcher, dtype=pl.Utf8),
         )
     else:
         frame = _gloo_events(rt)
@@ -298,6 +306,8 @@ def _gloo_events(rt: RankTrace) -> pl.DataFrame:
     launch = _gloo_issue_times(spans, issued) if spans_recorded else spans["ts"].to_numpy().astype(np.float64)
     anchor = np.where(np.isnan(launch), spans["ts"].to_numpy(), launch) if spans.height else np.empty(0)
     step = _step_of(anchor, rt.steps, "ts", "end") if spans.height else np.empty(0, np.int64)
+    issue_rows = _rows_at(issued, launch)
+    phase, launcher = event_context(host, issue_rows, launch.tolist(), rt.steps) if spans.height else ([], [])
     pg = _single_gloo_group(rt)
     if pg is not None:
         spans = spans.with_columns(
@@ -319,7 +329,14 @@ def _gloo_events(rt: RankTrace) -> pl.DataFrame:
         pl.Series("step", step, dtype=pl.Int64),
         pl.lit(None, pl.Float64).alias("busy_at_start"),
         pl.lit(None, pl.Float64).alias("busy_at_end"),
+        pl.Series("phase", phase, dtype=pl.Utf8), pl.Series("launcher", launcher, dtype=pl.Utf8),
     ).rename({"pg_name": "pg"})
+
+
+def _rows_at(issued: pl.DataFrame, times: np.ndarray) -> list[int | None]:
+    """Host row of the issuing ``c10d::*`` op that started at each time (None when unpaired)."""
+    by_ts = {float(t): int(r) for t, r in zip(issued["ts"].to_list(), issued["row"].to_list())}
+    return [by_ts.get(float(t)) if t == t else None for t in times.tolist()]
 
 
 def _gloo_issue_times(spans: pl.DataFrame, issued: pl.DataFrame) -> np.ndarray:
