@@ -648,12 +648,21 @@ def _describe_mismatches(ev: pl.DataFrame, inst: pl.DataFrame) -> list[str]:
         out.append(f"pg '{pg or 'default'}' {op}: most ranks ran {common}, but {detail}")
     incomplete = inst.filter(~pl.col("complete") & ~pl.col("p2p"))
     if incomplete.height:
-        miss = sorted({r for m in incomplete["missing"].to_list() for r in (m or [])})
-        out.append(
-            f"{incomplete.height} collective instance(s) lack ranks"
-            + (f" (missing: {_fmt_ranks(miss)})" if miss else "")
-            + " — outside the profiled window, or a desync/hang"
-        )
+        given = set(ev["rank"].unique().to_list())
+        per = [set(m or []) for m in incomplete["missing"].to_list()]
+        absent = [m for m in per if m and not (m & given)]  # only ranks whose traces were not given
+        if absent:
+            who = sorted(set().union(*absent))
+            out.append(f"{len(absent)} collective instance(s) include ranks whose traces were not given "
+                       f"({_fmt_ranks(who)}): their side is not analysed")
+        rest = [m for m in per if not m or (m & given)]
+        if rest:
+            miss = sorted({r for m in rest for r in m if r in given})
+            out.append(
+                f"{len(rest)} collective instance(s) lack ranks"
+                + (f" (missing: {_fmt_ranks(miss)})" if miss else "")
+                + " — outside the profiled window, or a desync/hang"
+            )
     uniform = ~pl.col("op").is_in(["alltoall", "gather", "scatter"])
     for col, what in (("n_op", "collective"), ("n_dtype", "dtype"), ("n_in", "input size"),
                       ("n_out", "output size")):
