@@ -74,8 +74,10 @@ class CollectiveEntry(TypedDict, total=False):
     busbw_gbps: float | None
     # extras
     group_size: int
-    link: str | None  # "nvlink" | "network" | "pcie" | None
-    link_peak_gbps: float | None
+    link: str | None  # "nvlink" | "xgmi" | "pcie" | "network" | "host" (gloo) | None (analysis.hardware.transfer_link)
+    link_peak_gbps: float | None  # per-direction peak of that link; None for gloo, sockets, unknown devices
+    link_name: str  # e.g. "NVLink 4 (H100/H200)", "InfiniBand NDR 400 Gb/s NIC", "gloo (host memory and loopback TCP)"
+    link_source: str  # what decided the link (NCCL log, the usual NIC of the GPU, the device table)
 
 
 class StragglerEntry(TypedDict, total=False):
