@@ -191,8 +191,14 @@ def render_html(report: Report, *, title: str | None = None) -> str:
         steps=total_steps(report), version=__version__, floor_us=charts.busbw_floor_us,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nccl_items=_nccl_items(report.get("nccl")),
-        drift_html=_drift_html(report),
+        drift_html=_drift_html(report), layout_html=_layout_html(report),
     )
+
+
+def _layout_html(report: Report) -> Any:
+    from traceread.render.layout_view import html_section
+
+    return html_section(report)  # type: ignore[arg-type]
 
 
 def _drift_html(report: Report) -> Any:

@@ -200,6 +200,9 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     ct = _collectives_table(report, top, bx)
     if ct is not None:
         console.print(ct)
+    from traceread.render.layout_view import render_terminal as render_layout
+
+    render_layout(report, console, top, bx)  # type: ignore[arg-type]
     for line in _other_lines(report, top) + nccl_lines(report):
         console.print(Text(line))
     from traceread.render.drift_view import render_terminal as render_drift

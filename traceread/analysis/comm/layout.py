@@ -155,7 +155,8 @@ class Layout:
         return next((g for g in self.groups if g.pg == key), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"degrees": dict(self.degrees), "groups": [g.to_json() for g in self.groups]}
+        return {"degrees": dict(self.degrees), "groups": [g.to_json() for g in self.groups],
+                "node_source": self.node_source}
 
 
 def role_from_desc(desc: str | None) -> str | None:
@@ -366,7 +367,8 @@ def role_from_usage(u: _Usage) -> tuple[str, str]:
         return "tp", f"{what}{pos}: per-layer activation collectives in forward and backward"
     if c["allreduce"] > 0:
         also = " (its all-to-alls exchange embeddings or tokens on the same group)" if c["alltoall"] else ""
-        return "dp", f"{what}{pos}: gradient all-reduce during backward only{also}"
+        return "dp", (f"{what}{pos}: all-reduces not spread over the step like per-layer collectives, taken as "
+                      f"gradient reduction (the trace does not say forward from backward){also}")
     if dense > 0:  # all-gather or reduce-scatter alone, not per layer (metrics, checkpoint gathers)
         return "other", f"{what}{pos}"
     return "other", f"{what} (barriers/broadcasts only)"
@@ -518,6 +520,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
             pl.col("pg_desc").drop_nulls().first(), pl.col("rank").unique().sort().alias("seen"))
         for pg, pg_ranks, size, desc, seen in missing.iter_rows():  # groups no pg_config listed
             members = expand_ranks(pg_ranks) or list(seen)
+            if str(pg) == DEFAULT_PG and not expand_ranks(pg_ranks) and not size and world_size:
+                members = list(range(int(world_size)))  # torch's group "0" is the world
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
     all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].unique().to_list()) if ev.height else set()))
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)

@@ -89,10 +89,13 @@ def engine_iterations(host: pl.DataFrame) -> Iterations | None:
         kinds[i] = kind
         if engine:
             engines.add(engine)
+    # SGLang's scheduler names its own iterations step[...]; the execute_... form is vLLM's model
+    # runner's (profiling tools add it to other engines' traces too): step[...] names the engine
+    engines |= {"sglang"} if ann["name"].str.contains(_SGLANG_ITER.pattern).any() else set()
     steps = pl.DataFrame({"step": list(range(len(rows))), "ts": [r["ts"] for r in rows], "dur": [r["dur"] for r in rows],
                           "end": [r["end"] for r in rows], "tid": [r["tid"] for r in rows]})
     steps = steps.select([pl.col(c).cast(t) for c, t in STEP_SCHEMA.items()])
-    return Iterations(steps, kinds, sorted(engines)[0] if engines else None)
+    return Iterations(steps, kinds, "sglang" if "sglang" in engines else (sorted(engines)[0] if engines else None))
 
 
 def workload(host: pl.DataFrame, has_steps: bool, iterations: Iterations | None, has_gpu: bool) -> dict[str, Any]:
