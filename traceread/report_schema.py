@@ -27,6 +27,7 @@ class StepEntry(TypedDict, total=False):
     exposed_memcpy_us: float
     idle_us: float
     host_bound_us: float | None  # idle in the step because the host launched late (analysis.idle)
+    iteration: str | None  # serving: the engine iteration's kind, prefill | decode | mixed | idle (docs/layout.md)
 
 
 class IdleBreakdown(TypedDict):
@@ -186,7 +187,7 @@ class LayoutGroup(TypedDict):
 
     pg: str  # process group name (torch's pg_name, e.g. "0" for the default group)
     desc: str | None  # pg_desc as recorded (mesh_tp, TENSOR_MODEL_PARALLEL_GROUP, undefined, ...)
-    role: str  # dp | fsdp | tp | cp | pp | ep | other
+    role: str  # dp | fsdp | tp | cp | pp | ep | other | unknown
     size: int
     ranks: list[int]  # global ranks of its members
     nodes: list[int]  # node ids (0.., numbered by lowest rank) its members sit on; [] when unknown
@@ -197,7 +198,17 @@ class Layout(TypedDict):
     """The job's parallel layout: degree of each dimension (1 when absent) and every process group."""
 
     degrees: dict[str, int]  # {dp, fsdp, tp, pp, cp, ep}
-    groups: list[LayoutGroup]
+    groups: list[LayoutGroup]  # pg "(unnamed)": collectives the trace attributes to no process group
+    node_source: str | None  # where the nodes came from: run.json | NCCL log | device index | None
+
+
+class Workload(TypedDict):
+    """What the job was doing (traceread.analysis.time.iterations, docs/layout.md)."""
+
+    kind: str  # training | serving | inference | unknown
+    engine: str | None  # vllm | sglang | trtllm | ... when an inference engine is seen
+    evidence: str
+    iterations: dict[str, int]  # serving: engine iterations used as steps, by kind (prefill, decode, mixed, idle)
 
 
 class Report(TypedDict, total=False):
@@ -212,6 +223,7 @@ class Report(TypedDict, total=False):
     hang: HangEntry | None
     findings: list[Finding]
     layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
+    workload: Workload | None  # training, serving or inference (None when no rank was read)
     ledger: Ledger | None  # None without GPU steps (CPU-only traces)
     coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
