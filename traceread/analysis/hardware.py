@@ -572,7 +572,11 @@ class LinkChoice:
 
 
 def _link_kind(key: str) -> str:
-    return "nvlink" if key.startswith("nvlink") else "pcie" if key.startswith("pcie") else         "xgmi" if key.startswith(("xgmi", "infinity")) else "network"
+    if key.startswith("nvlink"):
+        return "nvlink"
+    if key.startswith("pcie"):
+        return "pcie"
+    return "xgmi" if key.startswith(("xgmi", "infinity")) else "network"
 
 
 def intra_node_choice(device_name: str | None, num_sms: int | None = None) -> LinkChoice:
@@ -609,9 +613,9 @@ def network_choice(device_name: str | None, nccl: dict[str, Any] | None = None) 
         return LinkChoice("network", key, LINKS[key].per_direction_bytes_per_s / G, LINKS[key].name,
                           "NCCL log: " + ("RoCE" if "roce" in devs else "InfiniBand") + " (NET/IB)"
                           + (f"; rate of the usual NIC of {family}" if family else ""))
-    key = TYPICAL_NIC.get(family or "")
-    if key:
-        return LinkChoice("network", key, LINKS[key].per_direction_bytes_per_s / G, LINKS[key].name,
+    usual = TYPICAL_NIC.get(family or "")
+    if usual:
+        return LinkChoice("network", usual, LINKS[usual].per_direction_bytes_per_s / G, LINKS[usual].name,
                           f"the usual NIC of {family} (no NCCL log says which)")
     return LinkChoice("network", None, None, "network", "no NCCL log and no usual NIC for this device")
 

@@ -205,13 +205,12 @@ def _trace_mfu(rt: RankTrace, windows: Any, ops: Any, spec: Any, entry: dict[str
 
 def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool = False) -> RankSummary:
     """Reduce one rank to its report entry and cross-rank extracts (never raises for bad data)."""
-    from traceread.analysis.comm import collectives
-    from traceread.analysis.time import breakdown
-    from traceread.analysis.time import steps as steps_mod
-
     from dataclasses import replace
 
+    from traceread.analysis.comm import collectives
     from traceread.analysis.kinds import fill_launch_comm_args
+    from traceread.analysis.time import breakdown
+    from traceread.analysis.time import steps as steps_mod
 
     warnings: list[str] = []
     from traceread.analysis.time import iterations as iters

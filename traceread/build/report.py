@@ -208,7 +208,6 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
     from traceread.build.findings.assemble import build_findings
-
     from traceread.build.findings.layout import fit_to_workload
 
     report["findings"] = fit_to_workload(build_findings(report, warn=warnings.append), report)

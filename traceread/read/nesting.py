@@ -2,8 +2,9 @@
 
 A single stack sweep over events sorted by (thread, start, longest first) is linear in the number
 of events. The rule for "inside": an event starting before the open event on top of the stack
-ends (by more than :data:`TOUCH_US`: float rounding of ``ts + dur``) is its child. Starting-time containment (rather than requiring the child's end to be inside
-too) keeps trees intact when integer-µs traces round a child's end one µs past its parent.
+ends (by more than :data:`TOUCH_US`: float rounding of ``ts + dur``) is its child. Starting-time
+containment (rather than requiring the child's end to be inside too) keeps trees intact when
+integer-µs traces round a child's end one µs past its parent.
 
 Only ``cpu_op``, ``user_annotation`` and ``python_function`` events open a level. Other host
 events (``cuda_runtime`` launches, syncs, ...) are leaves: they get the innermost enclosing event

@@ -53,7 +53,7 @@ def rows(report: dict[str, Any]) -> list[dict[str, str]]:
     for g in groups:
         key = (g.get("role"), g.get("size"), g.get("desc"), len(g.get("nodes") or []), g.get("pg") == "(unnamed)")
         merged.setdefault(key, []).append(g)
-    out = []
+    out: list[dict[str, Any]] = []
     for (role, size, desc, _n, _u), gs in merged.items():
         first = gs[0]
         names = [str(g.get("pg")) for g in gs]

@@ -793,10 +793,8 @@ def build(scenario: str, k: Knobs) -> Built:
         return build_ddp(k, scenario)
     if scenario in ("tp", "custom_allreduce", "tp_sp"):
         return build_tp(k, scenario)
-    if scenario in ("cp", "ep_renamed", "serving"):
-        from traceread.simulate import scenarios_layout
-
-        return scenarios_layout.build(scenario, k)
+    if scenario in ("cp", "ep_renamed", "serving"):  # traceread.simulate.scenarios_layout.build_scenario
+        raise ValueError(f"scenario {scenario!r} is built by traceread.simulate.scenarios_layout")
     if scenario == "3d":
         return build_3d(k)
     if scenario == "moe":

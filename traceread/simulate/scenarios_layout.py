@@ -32,6 +32,7 @@ from traceread.simulate.scenarios import (
     _new_sim,
     _step_close,
     _step_open,
+    build,
     layer_params,
 )
 from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, Program, RankCtx, Simulation, comms_id
@@ -271,7 +272,11 @@ def build_serving(k: Knobs) -> Built:
     return Built(sim, [groups + [tp] for _ in range(k.ranks)], k, "serving", layer_params(k.hidden, k.tp))
 
 
-def build(scenario: str, k: Knobs) -> Built:
+def build_scenario(scenario: str, k: Knobs) -> Built:
+    """Any scenario: the ones above here, the others by :func:`traceread.simulate.scenarios.build`."""
+    if scenario not in ("cp", "ep_renamed", "serving"):
+        return build(scenario, k)
+    k.validate(scenario)
     if scenario == "cp":
         return build_cp(k)
     if scenario == "ep_renamed":

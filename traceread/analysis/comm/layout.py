@@ -281,26 +281,26 @@ def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
     ranksteps = {str(pg): max(int(n), 1) for pg, n in
                  ev.select("pg", "rank", "step").unique().group_by("pg").len().iter_rows()}
     spread = {str(pg): (bc, bt) for pg, bc, bt in _dense_spread(ev, windows, compute).iter_rows()}
-    calls: dict[str, Counter[str]] = defaultdict(Counter)
+    calls: dict[str, Counter[str]] = defaultdict(Counter)  # values are calls per rank and step (floats)
     phases: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-    for pg, op, phase, n in ev.group_by(["pg", "op", "phase"]).agg(pl.len()).iter_rows():
-        per = float(n) / ranksteps.get(str(pg), 1)
-        calls[str(pg)][op] += per
-        phases[str(pg)][phase or "?"][op] += per
+    for name, op, phase, n in ev.group_by(["pg", "op", "phase"]).agg(pl.len()).iter_rows():
+        per = float(n) / ranksteps.get(str(name), 1)
+        calls[str(name)][op] += per  # type: ignore[assignment]
+        phases[str(name)][phase or "?"][op] += per  # type: ignore[assignment]
     launchers: dict[str, Counter[str]] = defaultdict(Counter)
-    for pg, who, n in ev.filter(pl.col("launcher").is_not_null()).group_by(["pg", "launcher"]).agg(pl.len()).iter_rows():
-        launchers[str(pg)][who] += int(n)
+    for name, who, n in ev.filter(pl.col("launcher").is_not_null()).group_by(["pg", "launcher"]).agg(pl.len()).iter_rows():
+        launchers[str(name)][who] += int(n)
     topo = _p2p_topology(ev, members or {}) if "p2p" in ev.columns else {}
     out = {}
-    for pg in ranksteps:
-        c = calls[pg]
-        by_c, by_t = spread.get(pg, (None, None))
+    for key in ranksteps:
+        cnt = calls[key]
+        by_c, by_t = spread.get(key, (None, None))
+        sp: float | None
         if by_c is not None:
             sp, of = float(by_c), "compute"
         else:
             sp, of = (float(by_t) if by_t is not None else None), "time"
-        out[pg] = _Usage(c, sp, of, sum(c.values()), {k: v for k, v in phases[pg].items()}, launchers[pg],
-                         topo.get(pg))
+        out[key] = _Usage(cnt, sp, of, float(sum(cnt.values())), dict(phases[key]), launchers[key], topo.get(key))
     return out
 
 
@@ -523,31 +523,33 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
             if str(pg) == DEFAULT_PG and not expand_ranks(pg_ranks) and not size and world_size:
                 members = list(range(int(world_size)))  # torch's group "0" is the world
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
-    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].unique().to_list()) if ev.height else set()))
+    seen_ranks = set(ev["rank"].unique().to_list()) if ev.height else set()
+    all_ranks = sorted({r for grp in by_pg.values() for r in grp.ranks} | seen_ranks)
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
     usages = _usages(ev, windows or {}, compute or {}, {pg: g.ranks for pg, g in by_pg.items()}) if ev.height else {}
     pp_stages = 0
-    for g in by_pg.values():
-        usage = usages.get(g.pg) or _Usage(Counter(), None, "time", 0.0)
-        named = role_from_desc(g.desc)
+    for grp in by_pg.values():
+        usage = usages.get(grp.pg) or _Usage(Counter(), None, "time", 0.0)
+        named = role_from_desc(grp.desc)
         role, why = role_from_usage(usage)
-        lead = g.evidence + "; " if g.evidence else ""
+        lead = grp.evidence + "; " if grp.evidence else ""
         if named:
-            g.role, g.evidence = named, f"description '{g.desc}'" + (f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else "")
-        elif g.size <= 1 and not usage.per_step:
-            g.role, g.evidence = "other", "a single rank: nothing to communicate"
+            runs = f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else ""
+            grp.role, grp.evidence = named, f"description '{grp.desc}'" + runs
+        elif grp.size <= 1 and not usage.per_step:
+            grp.role, grp.evidence = "other", "a single rank: nothing to communicate"
         else:
-            g.role, g.evidence = role, lead + why
-        if g.pg in listed and not usage.per_step and ev.height and g.size > 1 and not named:
-            g.evidence += " (listed in distributedInfo.pg_config)"
+            grp.role, grp.evidence = role, lead + why
+        if grp.pg in listed and not usage.per_step and ev.height and grp.size > 1 and not named:
+            grp.evidence += " (listed in distributedInfo.pg_config)"
         if unnamed:
-            g.evidence += "; the trace does not name process groups: all collectives taken as the default group"
-        if g.role == "pp" and usage.per_step:
-            pp_stages = max(pp_stages, _chain_length(ev.filter(pl.col("pg") == g.pg)))
+            grp.evidence += "; the trace does not name process groups: all collectives taken as the default group"
+        if grp.role == "pp" and usage.per_step:
+            pp_stages = max(pp_stages, _chain_length(ev.filter(pl.col("pg") == grp.pg)))
         if nodes:
-            g.nodes = sorted({nodes[r] for r in g.ranks if r in nodes})
-            if len(g.nodes) > 1:
-                g.evidence += f"; spans {len(g.nodes)} nodes (nodes from {node_src})"
+            grp.nodes = sorted({nodes[r] for r in grp.ranks if r in nodes})
+            if len(grp.nodes) > 1:
+                grp.evidence += f"; spans {len(grp.nodes)} nodes (nodes from {node_src})"
     widest = max(by_pg.values(), key=lambda x: (x.size, -len(x.pg)), default=None)
     if widest is not None and node_src and len(widest.nodes) <= 1:  # say where nodes came from once
         widest.evidence += f"; nodes from {node_src}"

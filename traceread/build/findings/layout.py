@@ -1,14 +1,16 @@
-"""Findings that come from the parallel layout (``report["layout"]``, :mod:`traceread.analysis.comm.layout`).
+"""Findings that come from the job's shape (``report["layout"]``, ``report["workload"]``).
 
 * **tp_across_nodes** — a tensor-parallel group whose ranks sit on more than one node: its
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
   ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
   the *cause* of that share (computed here on the critical rank's own; the ledger findings then
-  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it replaces the generic exposed-TP-communication finding rather
-  than adding to it; the predicted saving (:func:`traceread.build.explain.advice`) is the share
-  times (1 − measured busbw ÷ NVLink peak).
+  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it
+  replaces the generic exposed-TP-communication finding rather than adding to it; the predicted
+  saving (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink
+  peak).
+* :func:`fit_to_workload` — a serving or inference job's findings told in its terms (serving advice,
+  no training-only advice, a prefill among decodes is not a slow step).
 """
-
 from __future__ import annotations
 
 import re
@@ -134,7 +136,7 @@ def fit_to_workload(findings: list[Finding], report: Report) -> list[Finding]:
     """Findings of a serving or inference job told in its terms: advice that fits an engine replaces
     training advice (data loaders, optimizers, gradient buckets), and a prefill iteration among
     decode iterations is not a "slow step" (it processes whole prompts). Training jobs are untouched."""
-    work = report.get("workload") or {}
+    work: dict[str, Any] = dict(report.get("workload") or {})
     kind = work.get("kind")
     if kind not in ("serving", "inference"):
         return findings
