@@ -188,3 +188,42 @@ def test_zero_length_startup_event_is_not_warmup() -> None:
     """A 0.0 ms ``_lazy_init`` (the check every CUDA call makes) is not evidence of warm-up."""
     assert not judge([10_000.0], {"torch/cuda/__init__.py(396): _lazy_init": 0.0}).is_warmup
     assert judge([10_000.0], {"torch/cuda/__init__.py(396): _lazy_init": 5_000.0}).is_warmup
+
+
+def test_a_one_rank_pg_config_does_not_hide_the_traffic(samples_dir: Path, tmp_path: Path) -> None:
+    """The A100 case: a rank whose pg_config lists its group with one member beside send/recv of the
+    whole pipeline. The collectives' own Group size and members win: 4 pipeline stages."""
+    dst = tmp_path / "pp"
+    dst.mkdir()
+    for f in sorted((samples_dir / "pp_1f1b_h100").glob("rank*.pt.trace.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        r = doc["distributedInfo"]["rank"]
+        doc["distributedInfo"]["pg_config"] = [dict(g, pg_size=1, ranks=[r]) for g in doc["distributedInfo"]["pg_config"]]
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    truth = json.loads((samples_dir / "pp_1f1b_h100" / "truth.json").read_text())
+    lay = report(dst, tmp_path / "cache")["layout"]
+    assert lay["degrees"]["pp"] == truth["world_size"]
+    g0 = {g["pg"]: g for g in lay["groups"]}["0"]
+    assert g0["role"] == "pp" and g0["size"] == truth["world_size"] and "pg_config says 1" in g0["evidence"]
+
+
+def test_symmetric_memory_all_reduce_without_a_group_is_tp() -> None:
+    """B200 inference with torch symmetric-memory all-reduce (``symm_mem::one_shot_all_reduce``, no
+    record_param_comms): the traffic names no group, runs per layer with no backward: tensor parallel
+    over the world size the kernel is compiled for."""
+    import polars as pl
+
+    from traceread.analysis.comm.collectives import EXTRACT_SCHEMA
+    from traceread.analysis.comm.layout import infer_layout
+
+    kernel = "void c10d::symmetric_memory::one_shot_all_reduce_kernel<c10::BFloat16, 16, 4>(...)"
+    rows = [{"rank": 0, "backend": "nccl", "stream": 20, "kernel": kernel, "op": "allreduce", "p2p": False,
+             "ts": 10.0 * i + 100 * s, "end": 10.0 * i + 100 * s + 3, "step": s, "phase": "nobwd",
+             "launcher": None} for s in range(3) for i in range(8)]
+    ev = pl.DataFrame(rows, schema=EXTRACT_SCHEMA)
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}]
+    lay = infer_layout(ev, groups, world_size=4)
+    assert lay.degrees["tp"] == 4
+    assert lay.role_of(None) == "tp" and lay.group(None).size == 4  # type: ignore[union-attr]
+    assert "compiled for (4)" in lay.group(None).evidence  # type: ignore[union-attr]
+    assert "(unnamed) row" in lay.group("0").evidence  # type: ignore[union-attr]

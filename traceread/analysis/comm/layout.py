@@ -523,6 +523,17 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
             if str(pg) == DEFAULT_PG and not expand_ranks(pg_ranks) and not size and world_size:
                 members = list(range(int(world_size)))  # torch's group "0" is the world
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
+        # a listed group whose own collectives say it is larger (a stale or one-rank pg_config): the
+        # collectives' Group size and member list win, and the evidence says so
+        bigger = ev.filter(pl.col("pg").is_in(list(listed))).group_by("pg").agg(
+            pl.col("group_size").max(), pl.col("pg_ranks").drop_nulls().first())
+        for pg, size, pg_ranks in bigger.iter_rows():
+            grp = by_pg[str(pg)]
+            if size and int(size) > grp.size:
+                was = grp.size
+                grp.ranks = expand_ranks(pg_ranks) or (list(range(int(size))) if size == world_size else grp.ranks)
+                grp.size = int(size)
+                grp.evidence = f"size {grp.size} from its collectives' Group size (distributedInfo.pg_config says {was})"
     seen_ranks = set(ev["rank"].unique().to_list()) if ev.height else set()
     all_ranks = sorted({r for grp in by_pg.values() for r in grp.ranks} | seen_ranks)
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
@@ -542,6 +553,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
             grp.role, grp.evidence = role, lead + why
         if grp.pg in listed and not usage.per_step and ev.height and grp.size > 1 and not named:
             grp.evidence += " (listed in distributedInfo.pg_config)"
+            if UNNAMED_PG in by_pg:
+                grp.evidence += f"; collectives that name no group are in the {UNNAMED_PG} row"
         if unnamed:
             grp.evidence += "; the trace does not name process groups: all collectives taken as the default group"
         if grp.role == "pp" and usage.per_step:
