@@ -377,7 +377,7 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                 if k.broadcast_buffers:  # DDP._sync_buffers: rank 0's buffers to everyone, before the forward
                     bcast = collective(ctx, dp, "broadcast", 4 * k.hidden * k.layers, waits=[h2d], phase="comm")
                 for i, blk in enumerate(blocks):
-                    waits = [h2d] if i == 0 else []
+                    waits: list[GpuOp] = [h2d] if i == 0 else []
                     if i == 0 and bcast is not None:
                         waits.append(bcast)
                     if k.comm == "fsdp":
@@ -397,7 +397,7 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                 comm_ops: list[GpuOp] = []
                 ag_b: dict[int, GpuOp] = {}
                 for idx, layer in enumerate(order):
-                    waits: list[GpuOp] = []
+                    waits = []
                     if k.comm == "fsdp":
                         for j in (layer, layer - 1) if k.prefetch else (layer,):
                             if j >= 0 and j not in ag_b:
@@ -539,7 +539,7 @@ def pipeline_order(stage: int, stages: int, micro: int, schedule: str, chunks: i
         order.append(("B", *virt(b, False)))
         b += 1
     order += [("B", *virt(k, False)) for k in range(b, total)]
-    return order  # type: ignore[return-value]
+    return order
 
 
 def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup, stage: int | None = None, stages: int | None = None,

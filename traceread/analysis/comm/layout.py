@@ -447,7 +447,7 @@ def node_map(ranks: Iterable[int], *, hosts: Mapping[int, str] | None = None,
     if devices and all(devices.get(r) is not None for r in rs):
         node, prev, out = 0, None, {}
         for r in rs:
-            d = int(devices[r])  # type: ignore[arg-type]
+            d = int(devices[r] or 0)  # never None here (checked above)
             if prev is not None and d < prev:  # equal: two processes sharing one GPU
                 node += 1
             out[r], prev = node, d
