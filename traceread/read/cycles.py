@@ -106,7 +106,7 @@ def _windows_meet(group: list[FileFacts], f: FileFacts) -> bool:
     if not starts or f.start_ns is None:
         return True
     f_end = f.end_ns if f.end_ns is not None else f.start_ns
-    return f.start_ns <= max(ends) + SAME_TIME_NS and f_end >= min(starts) - SAME_TIME_NS  # type: ignore[type-var]
+    return f.start_ns <= max(ends) + SAME_TIME_NS and f_end >= min(starts) - SAME_TIME_NS
 
 
 def same_job(a: FileFacts, b: FileFacts) -> bool:
