@@ -75,7 +75,11 @@ def test_link_each_transfer_used(samples_dir: Path, tmp_path: Path) -> None:
     assert _links(report(samples_dir / "tp_dp_h100", tmp_path / "b")) == {("nvlink", 450.0)}
     gloo = report(samples_dir / "cpu_ddp_gloo", tmp_path / "c")
     assert _links(gloo) == {("host", None)} and "gloo" in gloo["collectives"][0]["link_name"]
-    # 3D job: the TP group over nodes 0 and 1 and every cross-node pipeline hop use the NIC
+
+
+@pytest.mark.slow
+def test_link_of_every_cross_node_group(samples_dir: Path, tmp_path: Path) -> None:
+    """3D job: the TP group over nodes 0 and 1 and every cross-node pipeline hop use the NIC."""
     three = report(samples_dir / "3d_tp_crossnode_h100", tmp_path / "d")
     by_pg = {c["pg"].split(" ")[0]: c["link"] for c in three["collectives"]}
     truth = json.loads((samples_dir / "3d_tp_crossnode_h100" / "truth.json").read_text())["layout"]
