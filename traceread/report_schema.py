@@ -32,6 +32,7 @@ class StepEntry(TypedDict, total=False):
     cpu_comm_us: float
     cpu_exposed_comm_us: float
     cpu_idle_us: float
+    iteration: str | None  # serving: the engine iteration's kind, prefill | decode | mixed | idle (docs/layout.md)
 
 
 class IdleBreakdown(TypedDict):
@@ -83,8 +84,10 @@ class CollectiveEntry(TypedDict, total=False):
     busbw_gbps: float | None
     # extras
     group_size: int
-    link: str | None  # "nvlink" | "network" | "pcie" | None
-    link_peak_gbps: float | None
+    link: str | None  # "nvlink" | "xgmi" | "pcie" | "network" | "host" (gloo) | None (analysis.hardware.transfer_link)
+    link_peak_gbps: float | None  # per-direction peak of that link; None for gloo, sockets, unknown devices
+    link_name: str  # e.g. "NVLink 4 (H100/H200)", "InfiniBand NDR 400 Gb/s NIC", "gloo (host memory and loopback TCP)"
+    link_source: str  # what decided the link (NCCL log, the usual NIC of the GPU, the device table)
 
 
 class StragglerEntry(TypedDict, total=False):
@@ -195,7 +198,7 @@ class LayoutGroup(TypedDict):
 
     pg: str  # process group name (torch's pg_name, e.g. "0" for the default group)
     desc: str | None  # pg_desc as recorded (mesh_tp, TENSOR_MODEL_PARALLEL_GROUP, undefined, ...)
-    role: str  # dp | fsdp | tp | cp | pp | ep | other
+    role: str  # dp | fsdp | tp | cp | pp | ep | other | unknown
     size: int
     ranks: list[int]  # global ranks of its members
     nodes: list[int]  # node ids (0.., numbered by lowest rank) its members sit on; [] when unknown
@@ -206,7 +209,17 @@ class Layout(TypedDict):
     """The job's parallel layout: degree of each dimension (1 when absent) and every process group."""
 
     degrees: dict[str, int]  # {dp, fsdp, tp, pp, cp, ep}
-    groups: list[LayoutGroup]
+    groups: list[LayoutGroup]  # pg "(unnamed)": collectives the trace attributes to no process group
+    node_source: str | None  # where the nodes came from: run.json | NCCL log | device index | None
+
+
+class Workload(TypedDict):
+    """What the job was doing (traceread.analysis.time.iterations, docs/layout.md)."""
+
+    kind: str  # training | serving | inference | unknown
+    engine: str | None  # vllm | sglang | trtllm | ... when an inference engine is seen
+    evidence: str
+    iterations: dict[str, int]  # serving: engine iterations used as steps, by kind (prefill, decode, mixed, idle)
 
 
 class NcclSummary(TypedDict, total=False):
@@ -331,6 +344,7 @@ class Report(TypedDict, total=False):
     hang: HangEntry | None
     findings: list[Finding]
     layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
+    workload: Workload | None  # training, serving or inference (None when no rank was read)
     ledger: Ledger | None  # None without GPU steps (CPU-only traces)
     coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables

@@ -73,20 +73,6 @@ def run_hosts(run_info: dict[str, Any] | None, warnings: list[str]) -> tuple[dic
     return guarded("run.json hosts", warnings, lambda: hosts_from_run_info(run_info), ({}, {}))
 
 
-def _network_gbps(nccl: dict[str, Any] | None, devices: dict[int, str | None]) -> float | None:
-    """Per-GPU network peak: the typical NIC of the GPU generation when the NCCL log shows a NET link."""
-    from traceread.analysis import hardware as dev
-
-    name = next((d for d in devices.values() if d), None)
-    if not name:
-        return None
-    spec = dev.resolve_device(name, None)
-    key = dev.TYPICAL_NIC.get(spec.name) if spec else None
-    if nccl and nccl.get("network") and "socket" in str(nccl.get("network")).lower():
-        return None  # sockets: no meaningful line rate
-    return dev.LINKS[key].per_direction_bytes_per_s / 1e9 if key else None
-
-
 def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
                 opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """Layout, collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts;
@@ -124,11 +110,17 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
         report["source"]["clock"] = clock.to_json()
         warnings.extend(f"clocks: {n}" for n in clock.notes if "not checked" not in n)
     device_names = {s.entry["rank"]: s.meta.device_name for s in summaries}
-    net = guarded("network peak", warnings, lambda: _network_gbps(report.get("nccl"), device_names))
+    from traceread.analysis.comm.layout import node_map
+
+    nodes, _src = guarded("node map", warnings, lambda: node_map(
+        matched.ranks, hosts=hosts or None, nccl=report.get("nccl"),
+        devices={s.entry["rank"]: s.meta.device_id for s in summaries},
+        world_size=next((s.meta.world_size for s in summaries if s.meta.world_size), None) or len(summaries)),
+        ({}, None))
     report["collectives"] = guarded(
         "collective bandwidth", warnings,
         lambda: comm_perf.collective_table(matched, clock, hosts=hosts or None, device_names=device_names,
-                                           network_gbps=net), [])
+                                           nodes=nodes or None, nccl=report.get("nccl")), [])
     windows = {s.entry["rank"]: s.windows for s in summaries}
     st = guarded("stragglers", warnings, lambda: stragglers.attribute(matched, windows, clock))
     if st is not None:
@@ -149,9 +141,11 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
         return
     # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
     # back to send/recv → pp, all-to-all → ep, else other.
+    from traceread.analysis.comm.layout import UNNAMED_PG
+
     layout = report.get("layout")
     roles = {str(g["pg"]): g["role"] for g in (layout.get("groups") if layout else None) or []}
-    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
+    role_of = (lambda pg: roles.get(UNNAMED_PG if pg is None else str(pg), "other")) if roles else None
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
     report["ledger"] = led.job
     for e in report["ranks"]:

@@ -50,6 +50,7 @@ class RankSummary:
     ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
     warm_names: dict[str, float] = field(default_factory=dict)  # analysis.warmup.warm_names_of: start-up events
     memory: dict[str, Any] | None = None  # analysis.memory.rank.rank_memory: [memory] events (profile_memory=True)
+    workload: dict[str, Any] | None = None  # analysis.time.iterations.workload: training, serving, inference
 
     def set_rank(self, rank: int) -> None:
         """Renumber the rank everywhere it is written (entry and every frame with a ``rank`` column)."""
@@ -221,11 +222,25 @@ def _trace_mfu(rt: RankTrace, windows: StepWindows | None, ops: pl.DataFrame | N
 
 def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool = False) -> RankSummary:
     """Reduce one rank to its report entry and cross-rank extracts (never raises for bad data)."""
+    from dataclasses import replace
+
     from traceread.analysis.comm import collectives
+    from traceread.analysis.kinds import fill_launch_comm_args
     from traceread.analysis.time import breakdown
     from traceread.analysis.time import steps as steps_mod
 
     warnings: list[str] = []
+    from traceread.analysis.time import iterations as iters
+
+    rt = replace(rt, gpu=guarded(f"rank {rt.rank}: comm args", warnings,
+                                 lambda: fill_launch_comm_args(rt.gpu, rt.host), rt.gpu))
+    # a serving engine has no ProfilerStep: its own iteration annotations are the steps
+    its = guarded(f"rank {rt.rank}: engine iterations", warnings,
+                  lambda: iters.engine_iterations(rt.host)) if rt.steps.height == 0 else None
+    if its is not None:
+        rt = replace(rt, steps=its.steps)
+    work = guarded(f"rank {rt.rank}: workload", warnings,
+                   lambda: iters.workload(rt.host, rt.steps.height > 0, its, rt.gpu.height > 0))
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))
     if windows is not None and windows.note:
         warnings.append(f"rank {rt.rank}: {windows.note}")
@@ -236,6 +251,9 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         if frame.height:
             frame = frame.join(windows.table.select("step", pl.col("start").alias("_start")), on="step", how="left")
     entry = _rank_entry(rt, windows, frame, warnings)
+    if its is not None:  # prefill / decode / mixed per iteration, where the engine says
+        for s in entry["steps"]:
+            s["iteration"] = its.kinds.get(int(s["step"])) or None
     ops, spec, reason = _ops_and_device(rt, spec_file, warnings)
     _trace_mfu(rt, windows, ops, spec, entry, warnings)
     wtab = windows.table if windows is not None else pl.DataFrame(
@@ -266,6 +284,7 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         timeline=guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
         warm_names=guarded(f"rank {rt.rank}: start-up events", warnings, lambda: warmup.warm_names_of(rt.host), {}),
         memory=_memory(rt, spec_file, warnings),
+        workload=work,
     )
 
 

@@ -216,6 +216,10 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
     if summaries:
+        from traceread.analysis.time.iterations import job_workload
+
+        report["workload"] = guarded("workload", warnings, lambda: job_workload([s.workload for s in summaries]))
+    if summaries:
         matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
         guarded("step ledger", warnings, lambda: crossrank.step_ledger(report, summaries, matched, clock))
         report["kernels"] = guarded("kernel table", warnings,
@@ -235,8 +239,9 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
     from traceread.build.findings.assemble import build_findings
+    from traceread.build.findings.layout import fit_to_workload
 
-    report["findings"] = build_findings(report, warn=warnings.append)
+    report["findings"] = fit_to_workload(build_findings(report, warn=warnings.append), report)
     from traceread.build.findings.ledger import coverage
 
     report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))

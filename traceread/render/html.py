@@ -139,6 +139,8 @@ PAGE_SECTIONS: list[PageSection] = [
     PageSection("timeline", "step timeline", _chart_or("timeline"),
                 ("host_bound", "exposed_memcpy", "dependency_wait")),
     PageSection("stragglers", "stragglers", _chart_or("heatmap", "stragglers"), ("straggler", "comm_wait")),
+    PageSection("layout", "parallel layout", _field("layout_html", "no process group and no workload seen"),
+                ("tp_across_nodes",)),
     PageSection("collectives", "collectives", _field("collectives", "no collective in the traces"),
                 ("exposed_comm", "tp_across_nodes", "comm_wait")),
     PageSection("roofline", "roofline", _chart_or("roofline"), ("memory_bound",)),
@@ -310,6 +312,7 @@ def render_html(report: Report, *, title: str | None = None) -> str:
     ctx: dict[str, Any] = {
         "sections": sections, "table_ranks": table_ranks, "collectives": colls[:50],
         "kernels": (report.get("kernels") or [])[:30], "ops": ((report.get("roofline") or {}).get("ops") or [])[:30],
+        "layout_html": _layout_html(report),
     }
     order, left_out, see = section_order(report, ctx)
     inline = finding_charts(report, {k for k in _drawn(order) if sections.get(k, {}).get("chart")}
@@ -346,6 +349,12 @@ def _memory_model(report: Report) -> list[tuple[str, str]]:
     from traceread.render.memory_view import model_rows
 
     return model_rows(report)
+
+
+def _layout_html(report: Report) -> Any:
+    from traceread.render.layout_view import html_section
+
+    return html_section(report)
 
 
 def _drift_html(report: Report) -> Any:

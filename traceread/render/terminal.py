@@ -277,6 +277,13 @@ def notes_section(report: Report, v: View) -> None:
         v.line(Text(ln))
 
 
+def layout_section(report: Report, v: View) -> None:
+    """The workload line and the parallel layout table (render.layout_view)."""
+    from traceread.render.layout_view import render_terminal as render_layout
+
+    render_layout(report, v.console, v.top, v.box)
+
+
 def drift_section(report: Report, v: View) -> None:
     from traceread.render.drift_view import render_terminal as render_drift
 
@@ -306,7 +313,7 @@ def footer_section(report: Report, v: View) -> None:
 
 #: The summary, top to bottom. Each prints nothing when its part of the document is empty.
 SECTIONS: list[Section] = [answer_section, ledger_section, findings_section, rank_ledgers_section, ranks_section,
-                           collectives_section, notes_section, drift_section, warnings_section, footer_section]
+                           collectives_section, layout_section, notes_section, drift_section, warnings_section, footer_section]
 
 
 def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool = False,

@@ -14,7 +14,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from traceread.simulate.scenarios import SCENARIOS, Knobs, build
+from traceread.simulate.scenarios import SCENARIOS, Knobs
+from traceread.simulate.scenarios_layout import build_scenario as build
 
 __all__ = ["SCENARIOS", "Knobs", "simulate", "knobs_from"]
 

@@ -41,6 +41,7 @@ _OPS = {
     "allreduce": ("c10d::allreduce_", "AllReduce_Sum_bf16", 2.0),
     "_allgather_base": ("c10d::_allgather_base_", "AllGather", 1.0),
     "_reduce_scatter_base": ("c10d::_reduce_scatter_base_", "ReduceScatter_Sum_bf16", 1.0),
+    "broadcast": ("c10d::broadcast_", "Broadcast", 1.0),
 }
 
 
@@ -75,7 +76,7 @@ def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits:
     """
     op_name, kname, factor = _OPS[coll]
     n = len(pg.ranks)
-    if coll == "allreduce":
+    if coll in ("allreduce", "broadcast"):
         in_n = out_n = nelems
     elif coll == "_allgather_base":
         in_n, out_n = nelems // n, nelems

@@ -47,7 +47,7 @@ def _gpu(op: GpuOp, device: int, off: int) -> dict[str, Any]:
             "grid": list(op.grid), "block": list(op.block),
             "est. achieved occupancy %": op.stats.occupancy_pct,
         })
-        if op.comm is not None:
+        if op.comm is not None and op.comm.recorded:
             args.update(comm_args(op.comm, op.rank))
         cat = "kernel"
     else:

@@ -291,10 +291,17 @@ def all_groups(built: Built) -> list[ProcessGroup]:
     return sorted(by_name.values(), key=lambda g: int(g.name))
 
 
-def group_roles(built: Built) -> dict[str, str]:
-    """pg name -> role: the scenario's design for groups that ran something, ``other`` for idle ones."""
-    used = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu if o.comm is not None}
+def group_roles(built: Built, recorded_only: bool = False) -> dict[str, str]:
+    """pg name -> role: the scenario's design for groups that ran something, ``other`` for idle ones.
+    ``recorded_only``: count only collectives the trace attributes to the group (an engine's or EP
+    library's own kernels carry no process group: in the trace they belong to no group)."""
+    used = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu
+            if o.comm is not None and (o.comm.recorded or not recorded_only)}
     return {g.name: (g.role if g.name in used else "other") for g in all_groups(built)}
+
+
+#: The layout row of collectives whose kernels carry no process group (analysis.comm.layout.UNNAMED_PG).
+UNNAMED_PG = "(unnamed)"
 
 
 def node_of(built: Built, rank: int) -> int:
@@ -307,7 +314,7 @@ def node_of(built: Built, rank: int) -> int:
 
 def layout_truth(built: Built) -> dict[str, Any]:
     """``layout`` in the contract's shape: degrees and one row per process group."""
-    roles = group_roles(built)
+    roles = group_roles(built, recorded_only=True)
 
     def host(r: int) -> int:
         return node_of(built, r)
@@ -318,6 +325,12 @@ def layout_truth(built: Built) -> dict[str, Any]:
         groups.append({"pg": g.name, "desc": g.desc, "role": role, "size": len(g.ranks), "ranks": list(g.ranks),
                        "nodes": sorted({host(r) for r in g.ranks}),
                        "evidence": g.evidence if role != "other" else "runs no collective in the profiled steps"})
+    anon = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu if o.comm is not None and not o.comm.recorded}
+    for g in all_groups(built):
+        if g.name in anon:  # the trace shows this traffic under no group: one row of its own
+            groups.append({"pg": UNNAMED_PG, "desc": None, "role": g.role, "size": len(g.ranks), "ranks": list(g.ranks),
+                           "nodes": sorted({host(r) for r in g.ranks}),
+                           "evidence": f"{g.evidence} (kernels launched outside c10d: no process group recorded)"})
     degrees = {role: max((x["size"] for x in groups if x["role"] == role), default=1) for role in ROLES}
     return {"degrees": degrees, "groups": groups,
             "node_source": "device index restarts at 0 per node (no run.json, no NCCL log)"}

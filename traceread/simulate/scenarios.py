@@ -37,6 +37,18 @@ SCENARIOS: dict[str, str] = {
                         "multimem one-shot, or vLLM cross_device_reduce_1stage) under c10d::allreduce_.",
     "host_bound": "DDP with a slow data loader on every step: the GPU idles before each step's first kernel "
                   "because the CPU launches it late.",
+    "ddp_buffers": "DDP with broadcast_buffers: a buffer broadcast on the gradient group at the start of every "
+                   "forward, so the group's calls span the whole step although it only reduces gradients.",
+    "tp_sp": "Tensor parallel with sequence parallelism (all-gather before and reduce-scatter after each TP "
+             "region, forward and backward) x DP; generic process-group descriptions ('undefined').",
+    "cp": "Context parallel ring attention: keys/values rotate one way around each CP group (send to the next "
+          "rank, receive from the previous) in every attention layer, forward and backward, x DP; generic "
+          "descriptions.",
+    "ep_renamed": "Mixture of experts whose token exchange runs in an in-house DeepEP fork "
+                  "(acme::ep::intranode::notify_dispatch / dispatch / combine kernels, no c10d op, no comm args).",
+    "serving": "An inference engine serving requests with tensor parallelism: engine iterations (vLLM-style "
+               "'execute_…_context_…_generation_…' annotations, no ProfilerStep), one prefill then decodes, "
+               "per-layer custom all-reduce under vllm::all_reduce with no process group recorded.",
 }
 
 #: Knob defaults of each scenario (the user's knobs win).
@@ -47,6 +59,11 @@ SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
     "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
+    "ddp_buffers": {"ranks": 4, "layers": 2, "broadcast_buffers": True},
+    "tp_sp": {"ranks": 8, "tp": 4, "layers": 2, "sequence_parallel": True},
+    "cp": {"ranks": 8, "cp": 4, "layers": 2, "seq_len": 4096},
+    "ep_renamed": {"ranks": 8, "layers": 2, "hot_factor": 1.0, "seq_len": 1024, "ep_kernels": "renamed"},
+    "serving": {"ranks": 2, "tp": 2, "layers": 2, "steps": 6, "batch": 8, "seq_len": 512, "first_step": 0},
 }
 
 #: Scenarios that can record memory (``--memory``): the data-parallel program (DDP or FSDP).
@@ -101,6 +118,10 @@ class Knobs:
     memory: bool = False  # ddp family: record [memory] events (profile_memory) and write a memory snapshot per rank
     leak_bytes: int = 0  # memory: bytes each step keeps alive for good (losses.append(loss))
     act_factors: list[tuple[int, float]] = field(default_factory=list)  # memory: (rank, x activation bytes)
+    broadcast_buffers: bool = False  # ddp: DDP broadcasts buffers (e.g. BatchNorm statistics) at forward start
+    sequence_parallel: bool = False  # tp: reduce-scatter/all-gather around TP regions instead of all-reduce
+    cp: int = 4  # cp: ranks per context-parallel ring
+    ep_kernels: str = "nccl"  # moe: nccl (all_to_all_single) | renamed (an in-house DeepEP fork's kernels)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -134,7 +155,8 @@ class Knobs:
                 raise ValueError(f"slow step {s} is not one of the simulated steps {self.step_numbers()}")
             if cause not in SLOW_CAUSES:
                 raise ValueError(f"slow-step cause {cause!r} must be one of {', '.join(SLOW_CAUSES)}")
-        if scenario in ("tp", "pp", "3d", "moe", "custom_allreduce") and any(c != "dataloader" for _, c, _ in self.slow_steps):
+        if scenario in ("tp", "pp", "3d", "moe", "custom_allreduce", "tp_sp", "cp", "ep_renamed", "serving") and any(
+                c != "dataloader" for _, c, _ in self.slow_steps):
             raise ValueError("tp/pp support only dataloader slow steps; use ddp or slow_steps for gc/checkpoint")
         if scenario in ("tp", "custom_allreduce") and (self.ranks % self.tp or self.heads % self.tp):
             raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
@@ -172,6 +194,14 @@ class Knobs:
                 raise ValueError(f"--activation-factor {r}:{f}: rank outside 0..{self.ranks - 1} or factor <= 0")
         if self.memory and self.comm == "fsdp" and (layer_params(self.hidden) % self.ranks):
             raise ValueError(f"--memory with --comm fsdp: --ranks {self.ranks} must divide a layer's parameters")
+        if scenario == "cp" and (self.cp < 2 or self.ranks % self.cp or self.seq_len % self.cp):
+            raise ValueError(f"cp needs --cp >= 2 dividing --ranks {self.ranks} and --seq-len {self.seq_len}")
+        if scenario == "tp_sp" and (self.ranks % self.tp or self.heads % self.tp):
+            raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
+        if scenario == "serving" and (self.ranks != self.tp or self.heads % self.tp):
+            raise ValueError(f"serving: --tp {self.tp} must equal --ranks {self.ranks} and divide the head count")
+        if self.ep_kernels not in ("nccl", "renamed"):
+            raise ValueError("--ep-kernels must be nccl or renamed")
 
 
 @dataclass
@@ -244,9 +274,26 @@ class Block:
         self.temps.append(self.em.ctx.alloc_next(Handle(n, [mem.AUTOGRAD, mem.TRAIN_STEP_BWD], "backward_temp")))
 
     def _tp_allreduce(self, last: GpuOp, phase: str) -> GpuOp:
+        """After a row-parallel linear: all-reduce of the activations, or with sequence parallelism a
+        reduce-scatter of them along the sequence."""
         assert self.tp_pg is not None
+        if self.k.sequence_parallel:
+            return collective(self.em.ctx, self.tp_pg, "_reduce_scatter_base", self.m * self.k.hidden, waits=[last],
+                              phase=phase)
         return collective(self.em.ctx, self.tp_pg, "allreduce", self.m * self.k.hidden, waits=[last], phase=phase,
                           kernel=self.k.allreduce_kernel)
+
+    def _sp_gather(self, gemm: Callable[[], GpuOp]) -> None:
+        """Run ``gemm`` (a linear); with sequence parallelism, first all-gather the sequence-sharded
+        activations (forward, before a column-parallel linear) or gradient (backward, before a
+        row-parallel one): the GEMM waits for the gather, which waits for the work before it."""
+        ctx = self.em.ctx
+        before = ctx.streams[COMPUTE_STREAM][-1] if ctx.streams.get(COMPUTE_STREAM) else None
+        op = gemm()
+        if self.tp > 1 and self.k.sequence_parallel:
+            assert self.tp_pg is not None
+            op.waits.append(collective(ctx, self.tp_pg, "_allgather_base", self.m * self.k.hidden,
+                                       waits=[before] if before is not None else [], phase="comm"))
 
     def forward(self, first_waits: list[GpuOp] | None = None, phase: str = "fwd") -> GpuOp:
         em, k, m, tp = self.em, self.k, self.m, self.tp
@@ -258,7 +305,7 @@ class Block:
         if first_waits:
             first.waits.extend(first_waits)
         self._act(3 * h // tp, mem.MODEL_ATTN)
-        em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)
+        self._sp_gather(lambda: em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase))
         self._act(h // tp, mem.MODEL_ATTN)
         em.sdpa(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
         self._act(h, mem.MODEL_ATTN)
@@ -270,7 +317,7 @@ class Block:
         self._act(h, mem.MODEL_BLOCK)
         em.layer_norm(m, h, seq=s["ln2"], phase=phase)
         self._act(4 * h // tp, mem.MODEL_MLP)
-        em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)
+        self._sp_gather(lambda: em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase))
         self._act(4 * h // tp, mem.MODEL_MLP)
         em.gelu(m, 4 * h // tp, seq=s["gelu"], phase=phase)
         self._act(h, mem.MODEL_MLP)
@@ -289,7 +336,7 @@ class Block:
         if first_waits:
             first.waits.extend(first_waits)
         self._temp(4 * h // tp)
-        em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
+        self._sp_gather(lambda: em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)[0])
         em.gelu_backward(m, 4 * h // tp, seq=s["gelu"], phase=phase)
         last = em.linear_backward(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)[0]
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
@@ -297,7 +344,7 @@ class Block:
         if waits:
             ln.waits.extend(waits)
         em.add_backward(m, h, seq=s["add1"], phase=phase)
-        em.linear_backward(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
+        self._sp_gather(lambda: em.linear_backward(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)[0])
         em.sdpa_backward(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
         last = em.linear_backward(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)[0]
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
@@ -402,8 +449,13 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
             ag_mem: dict[int, Handle] = {}
             with ctx.op("DistributedDataParallel.forward" if k.comm == "allreduce" else "FSDP::pre_forward",
                         cat="user_annotation", pre=20_000):
+                bcast = None
+                if k.broadcast_buffers:  # DDP._sync_buffers: rank 0's buffers to everyone, before the forward
+                    bcast = collective(ctx, dp, "broadcast", 4 * k.hidden * k.layers, waits=[h2d], phase="comm")
                 for i, blk in enumerate(blocks):
                     waits: list[GpuOp] = [h2d] if i == 0 else []
+                    if i == 0 and bcast is not None:
+                        waits.append(bcast)
                     if k.comm == "fsdp":
                         for j in (i, i + 1) if k.prefetch else (i,):
                             if j < k.layers and j not in ag:
@@ -531,6 +583,10 @@ def _tp_program(ctx: RankCtx, k: Knobs, tp_pg: ProcessGroup, dp_pg: ProcessGroup
 def build_tp(k: Knobs, scenario: str = "tp") -> Built:
     sim = _new_sim(k)
     world, tps, dps = _tp_groups(k)
+    if scenario == "tp_sp":  # new_group without group_desc: roles must come from behaviour
+        tps = [replace(g, desc="undefined", evidence="all-gather before and reduce-scatter after attention and MLP "
+                                                       "of every layer, forward and backward") for g in tps]
+        dps = [replace(g, desc="undefined") for g in dps]
 
     def programs(s: Simulation) -> list[Program]:
         return [_tp_program(c, k, tps[c.rank // k.tp], dps[c.rank % k.tp]) for c in s.ranks]
@@ -720,9 +776,16 @@ def build_3d(k: Knobs) -> Built:
 # ---- mixture of experts ---------------------------------------------------------------------------------
 
 
-def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> Program:
+def _nccl_exchange(ctx: RankCtx, ep: ProcessGroup, nelems: int, waits: list[GpuOp], kind: str) -> GpuOp:
+    """MoE token exchange as ``all_to_all_single`` (``kind``: dispatch | combine, the same collective)."""
+    return all_to_all(ctx, ep, nelems, waits=waits)
+
+
+def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup,
+                 exchange: Callable[[RankCtx, ProcessGroup, int, list[GpuOp], str], GpuOp] = _nccl_exchange) -> Program:
     """Attention (dense, data parallel), then the MoE MLP: router, all-to-all dispatch, this rank's expert
-    on the tokens routed to it, all-to-all combine. The hot rank's expert gets ``hot_factor`` x tokens."""
+    on the tokens routed to it, all-to-all combine. The hot rank's expert gets ``hot_factor`` x tokens.
+    ``exchange`` launches one token exchange (NCCL all-to-all, or an EP library's own kernels)."""
     em = Emitter(ctx)
     h, m = k.hidden, k.batch * k.seq_len
     n_exp = len(ep.ranks)
@@ -747,13 +810,13 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> 
                 em.add_(m, h)
                 last = em.linear(m, h, n_exp, bias=False, seq=s["router"])
                 with ctx.op("moe.dispatch", cat="user_annotation", pre=4_000):
-                    disp = all_to_all(ctx, ep, m * h, waits=[last])
+                    disp = exchange(ctx, ep, m * h, [last], "dispatch")
                 fc1 = em.linear(tokens, h, 4 * h, bias=True, seq=s["fc1"])
                 fc1.waits.append(disp)
                 em.gelu(tokens, 4 * h, seq=s["gelu"])
                 last = em.linear(tokens, 4 * h, h, bias=True, seq=s["fc2"])
                 with ctx.op("moe.combine", cat="user_annotation", pre=4_000):
-                    comb = all_to_all(ctx, ep, m * h, waits=[last])
+                    comb = exchange(ctx, ep, m * h, [last], "combine")
                 em.add_(m, h).waits.append(comb)
             loss_seq = ctx.next_seq()
             em.loss(m, h, seq=loss_seq)
@@ -763,13 +826,13 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> 
                 for layer in reversed(range(k.layers)):
                     s = seqs[layer]
                     with ctx.op("moe.combine_backward", cat="user_annotation", pre=4_000):
-                        g_comb = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                        g_comb = exchange(ctx, ep, m * h, [_last_compute(ctx)], "dispatch")
                     first = em.linear_backward(tokens, 4 * h, h, bias=True, seq=s["fc2"])[0]
                     first.waits.append(g_comb)
                     em.gelu_backward(tokens, 4 * h, seq=s["gelu"])
                     em.linear_backward(tokens, h, 4 * h, bias=True, seq=s["fc1"])
                     with ctx.op("moe.dispatch_backward", cat="user_annotation", pre=4_000):
-                        g_disp = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                        g_disp = exchange(ctx, ep, m * h, [_last_compute(ctx)], "combine")
                     em.linear_backward(m, h, n_exp, bias=False, seq=s["router"])[0].waits.append(g_disp)
                     em.linear_backward(m, h, h, bias=True, seq=s["proj"])
                     em.sdpa_backward(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
@@ -822,10 +885,12 @@ def _apply_gpu_stragglers(sim: Simulation, k: Knobs, programs: Callable[[Simulat
 def build(scenario: str, k: Knobs) -> Built:
     """Run one scenario with its knobs."""
     k.validate(scenario)
-    if scenario in ("ddp", "slow_steps", "fsdp_exposed", "host_bound"):
+    if scenario in ("ddp", "slow_steps", "fsdp_exposed", "host_bound", "ddp_buffers"):
         return build_ddp(k, scenario)
-    if scenario in ("tp", "custom_allreduce"):
+    if scenario in ("tp", "custom_allreduce", "tp_sp"):
         return build_tp(k, scenario)
+    if scenario in ("cp", "ep_renamed", "serving"):  # traceread.simulate.scenarios_layout.build_scenario
+        raise ValueError(f"scenario {scenario!r} is built by traceread.simulate.scenarios_layout")
     if scenario == "3d":
         return build_3d(k)
     if scenario == "moe":

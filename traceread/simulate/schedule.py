@@ -62,6 +62,8 @@ class CommInfo:
     nbytes: int  # message size used for the transfer time
     src_rank: int | None = None
     dst_rank: int | None = None
+    recorded: bool = True  # False: launched outside torch's c10d (an engine's or EP library's own kernel),
+    #                        so the kernel carries no comm args and no record_param_comms surrounds it
 
 
 @dataclass(eq=False)
@@ -183,6 +185,9 @@ class RankCtx:
         self._seq = 0
         self._p2p_seq: dict[str, int] = {}
         self._coll_seq: dict[str, int] = {}
+        #: iteration annotations a program used as its steps instead of ``ProfilerStep#N`` (serving
+        #: engines): (the host event, the iteration number the analysis should give it)
+        self.iteration_events: list[tuple[HostEvent, int]] = []
         self.jitter = sim.jitter
         self.slow_factor = 1.0  # GPU straggler: compute kernels take this much longer
         self.host_ns = sim.host_ns

@@ -125,10 +125,13 @@ def _breakdown_us(b: dict[str, int]) -> dict[str, float]:
 
 
 def step_windows(ctx: RankCtx) -> dict[int, Interval]:
+    """``ProfilerStep#N`` windows, or the engine iterations a serving program marked as its steps."""
     out: dict[int, Interval] = {}
     for ev in ctx.events:
         if ev.cat == "user_annotation" and ev.name.startswith("ProfilerStep#") and ev.tid == ctx.main_tid:
             out[int(ev.name.split("#")[1])] = (ev.ts, ev.ts + ev.dur)
+    for ev, it in ctx.iteration_events:
+        out[it] = (ev.ts, ev.ts + ev.dur)
     return out
 
 
@@ -187,7 +190,8 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
         "kernels": sum(1 for o in ops if o.kind == "kernel"),
         "memcpys": sum(1 for o in ops if o.kind == "memcpy"),
         "nccl_kernels": sum(1 for o in ops if o.cls == "comm" and o.name.startswith("nccl")),
-        "comm_kernels": sum(1 for o in ops if o.cls == "comm"),
+        "comm_kernels": sum(1 for o in ops if o.cls == "comm" and (o.comm is None or o.comm.recorded)),
+        "unrecorded_comm_kernels": sum(1 for o in ops if o.comm is not None and not o.comm.recorded),
         "breakdown_ns": b,
         "steps": steps,
     }

@@ -145,7 +145,7 @@ def finalise_rank(rank: int, segs: pl.DataFrame, offset_us: float, arrivals: pl.
     end = segs["end_ns"].to_numpy().astype(np.int64)
     cats = np.array(segs["category"].cast(pl.Utf8).to_list(), dtype=object)
     pgs = segs["pg"].to_list()
-    roles_of = {pg: role_of(pg) for pg in set(pgs) if pg is not None}
+    roles_of = {pg: role_of(pg) for pg in set(pgs)}  # None: traffic no group name was recorded for
     is_comm = cats == "comm_transfer"
     role = np.array([roles_of.get(pg) if c else None for pg, c in zip(pgs, is_comm.tolist())], dtype=object)
     last, peer = _last_arrivals(rank, segs, base, offset_us, arrivals)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from traceread.analysis.kinds import is_comm_kernel_name
+from traceread.analysis.kinds import is_comm_kernel_row
 from traceread.build import explain
 from traceread.build.queries import (
     coll_time,
@@ -203,7 +203,7 @@ def pipeline_bubble(report: Report) -> list[Finding]:
 def low_sm_efficiency(report: Report) -> list[Finding]:
     # Communication kernels use few blocks by design (they wait on the network): not an SM problem.
     kernels = [k for k in report.get("kernels") or []
-               if k.get("sm_time_lost_us") and not is_comm_kernel_name(str(k.get("name")))]
+               if k.get("sm_time_lost_us") and not is_comm_kernel_row(k)]
     if not kernels:
         return []
     steps = total_steps(report)

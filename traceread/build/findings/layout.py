@@ -1,4 +1,4 @@
-"""Findings that come from the parallel layout (``report["layout"]``, :mod:`traceread.analysis.comm.layout`).
+"""Findings that come from the job's shape (``report["layout"]``, ``report["workload"]``).
 
 * **tp_across_nodes** — a tensor-parallel group whose ranks sit on more than one node: its
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
@@ -6,11 +6,14 @@
   the *cause* of that share (computed here on the critical rank's own; the ledger findings then
   claim the TP transfer of the critical path, late peers' included, and scale the saving), so it
   replaces the generic exposed-TP-communication finding rather than adding to it; the predicted
-  saving (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink peak).
+  saving (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink
+  peak).
+* :func:`fit_to_workload` — a serving or inference job's findings told in its terms (serving advice,
+  no training-only advice, a prefill among decodes is not a slow step).
 """
-
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,3 +101,71 @@ def tp_across_nodes(report: Report) -> list[Finding]:
     if predicted is not None:
         f["predicted_saving_us"] = predicted
     return [f]
+
+
+# ------------------------------------------------------------------------------------------------
+# findings that fit the workload (training, serving, inference)
+
+#: Words of advice that only make sense while training.
+_TRAINING_ONLY = re.compile(r"data[- ]?loader|optimi[sz]er|foreach|fused=True|gradient|backward|\bDDP\b|bucket|"
+                            r"no_sync|accumulation|FSDP|checkpoint|pin_memory", re.IGNORECASE)
+
+_SERVING_ADVICE: dict[tuple[str, str | None], str] = {
+    ("host_bound", None): (
+        "The GPU waited for the engine's CPU side between kernels: scheduling, input preparation, sampling and "
+        "Python overhead of each iteration. Run decode under CUDA graphs (vLLM and SGLang capture graphs for a set "
+        "of batch sizes: check this batch size is among them and that eager mode is off), enable asynchronous / "
+        "overlapped scheduling, and keep logging and detokenisation out of the iteration."),
+    ("compute_other", None): (
+        "Small kernels leave the GPU under-used at this batch size: serve more requests at once (max-num-seqs / "
+        "max-running-requests), or capture decode iterations in CUDA graphs so their launches cost nothing."),
+    ("comm_transfer", "tp"): (
+        "Tensor-parallel all-reduce after every layer of every iteration is on the critical path: keep TP inside "
+        "one NVLink domain, use the engine's custom or fused all-reduce (all-reduce + RMSNorm fusion, symmetric "
+        "memory), or serve with fewer TP ranks and more replicas when the model fits."),
+    ("comm_wait", "tp"): (
+        "Tensor-parallel ranks wait for each other inside the per-layer all-reduce: one rank's GPU or CPU is "
+        "slower each iteration; compare the ranks (traceread diff) and check the slow rank's host for other load."),
+}
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.;])\s+", text) if s]
+
+
+def fit_to_workload(findings: list[Finding], report: Report) -> list[Finding]:
+    """Findings of a serving or inference job told in its terms: advice that fits an engine replaces
+    training advice (data loaders, optimizers, gradient buckets), and a prefill iteration among
+    decode iterations is not a "slow step" (it processes whole prompts). Training jobs are untouched."""
+    work: dict[str, Any] = dict(report.get("workload") or {})
+    kind = work.get("kind")
+    if kind not in ("serving", "inference"):
+        return findings
+    kinds = _iteration_kinds(report)
+    common = max(sorted(set(kinds.values())), key=list(kinds.values()).count) if kinds else None
+    out: list[Finding] = []
+    for f in findings:
+        if f.get("id") == "slow_steps" and kinds:
+            steps = [int(s) for s in re.findall(r"step (\d+):", " ".join(f.get("evidence") or []))]
+            if steps and all(kinds.get(s) not in (None, common) for s in steps):
+                continue  # prefill among decodes (or the reverse): their own kind of iteration, not slow
+        g: dict[str, Any] = dict(f)
+        key = (str(f.get("category")), f.get("role") if f.get("category", "").startswith("comm") else None)
+        if kind == "serving" and key in _SERVING_ADVICE:
+            g["explanation"] = _SERVING_ADVICE[key]
+        else:
+            kept = [s for s in _sentences(str(f.get("explanation") or "")) if not _TRAINING_ONLY.search(s)]
+            g["explanation"] = " ".join(kept)
+        g["suggestions"] = [s for s in f.get("suggestions") or [] if not _TRAINING_ONLY.search(s)]
+        out.append(g)  # type: ignore[arg-type]
+    return out
+
+
+def _iteration_kinds(report: Report) -> dict[int, str]:
+    """Step -> prefill / decode / mixed of the engine iterations (from the ranks' step entries)."""
+    out: dict[int, str] = {}
+    for e in report.get("ranks") or []:
+        for s in e.get("steps") or []:
+            if s.get("iteration"):
+                out.setdefault(int(s["step"]), str(s["iteration"]))
+    return out

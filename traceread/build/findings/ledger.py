@@ -216,10 +216,10 @@ def _nccl_findings(report: Report, led: Ledger, budget: _Budget, step: float) ->
 
 
 def _sm_efficiency(report: Report, budget: _Budget, step: float, crit: int) -> list[Finding]:
-    from traceread.analysis.kinds import is_comm_kernel_name
+    from traceread.analysis.kinds import is_comm_kernel_row
 
     kernels = [k for k in report.get("kernels") or []
-               if k.get("sm_time_lost_us") and not is_comm_kernel_name(str(k.get("name")))]
+               if k.get("sm_time_lost_us") and not is_comm_kernel_row(k)]
     if not kernels:
         return []
     steps, nr = total_steps(report), max(1, len(report.get("ranks") or []))
