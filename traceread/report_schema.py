@@ -86,7 +86,8 @@ class StragglerEntry(TypedDict, total=False):
     # extras
     root: bool  # False when the rank was only late because it waited on someone earlier
     evidence: str
-    impact_us_per_step: float  # step time saved if it were on time (each delay counted once) <= blame
+    impact_us_per_step: float  # step time saved if it were on time: once per step, within the others' own work (window ledger)
+    noise: bool  # its delay per step is within the run's own step-to-step spread: not a straggler
 
 
 class PipelineEntry(TypedDict, total=False):

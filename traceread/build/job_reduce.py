@@ -148,10 +148,26 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
     roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
     role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
-    report["ledger"] = led.job
+    report["ledger"] = led.job  # type: ignore[typeddict-item]
     for e in report["ranks"]:
         if e["rank"] in led.per_rank:
-            e["ledger"] = led.per_rank[e["rank"]]
+            e["ledger"] = led.per_rank[e["rank"]]  # type: ignore[typeddict-item]
+    straggler_costs(report)
+
+
+def straggler_costs(report: Report) -> None:
+    """Each straggler entry's ``impact_us_per_step`` from the window ledger: the step time its delay
+    cost, once per step whatever number of collectives waited on it, and never more than the other
+    ranks' own work allows (``ledger.window.late[].saving_us``); ``noise`` when that delay is within
+    the run's own step-to-step spread (docs/ledger.md)."""
+    w = (report.get("ledger") or {}).get("window")  # type: ignore[union-attr]
+    if not w or not w.get("steps"):
+        return
+    late = {int(x["rank"]): x for x in w.get("late") or []}
+    for e in report.get("stragglers") or []:
+        x = late.get(int(e["rank"]))
+        e["impact_us_per_step"] = float(x["saving_us"]) / int(w["steps"]) if x else 0.0
+        e["noise"] = not (x and x.get("straggler"))  # type: ignore[typeddict-unknown-key]
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
@@ -199,7 +215,8 @@ def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> Non
     matmuls, which 6·N leaves out).
 
     D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own median
-    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces the trace-counted MFU (which needs recorded shapes).
+    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces the
+    trace-counted MFU (which needs recorded shapes).
     """
     if not opts.params or not opts.tokens_per_step:
         return
@@ -220,9 +237,8 @@ def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> Non
         step_us = median_step_duration_us(e)  # type: ignore[arg-type]
         if not step_us:
             continue
-        step_s = step_us / 1e6
-        val = guarded(f"rank {e['rank']}: formula MFU", warnings, lambda: mfu_mod.formula_mfu(
-            opts.params, opts.tokens_per_step / world, step_s, match.spec, precision,
-            opts.n_layers, opts.seq_len, opts.d_model))
+        step_s, spec = step_us / 1e6, match.spec
+        val = guarded(f"rank {e['rank']}: formula MFU", warnings, lambda s=step_s, d=spec: mfu_mod.formula_mfu(
+            opts.params, opts.tokens_per_step / world, s, d, precision, opts.n_layers, opts.seq_len, opts.d_model))
         if val is not None:
             e["mfu_pct"] = float(val)

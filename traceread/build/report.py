@@ -203,10 +203,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
-    from traceread.build.findings.assemble import build_findings
+    from traceread.build.findings.assemble import build_findings, coverage
 
     report["findings"] = build_findings(report, warn=warnings.append)
-    from traceread.build.findings.ledger import coverage
-
-    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
+    report["coverage"] = coverage(report["findings"], report)  # type: ignore[typeddict-item]
     return report

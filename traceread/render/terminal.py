@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from traceread.build.queries import coll_time, median_step_us, per_step, step_us, total_steps
+from traceread.build.queries import coll_time, per_step, step_figure, step_us
 from traceread.fmt import ms, nbytes, pct, rank_list
 from traceread.render.nccl_summary import nccl_lines
 from traceread.report_schema import Report
@@ -28,8 +28,15 @@ def headline(report: Report) -> str:
     ranks = report.get("ranks") or []
     devices = src.get("devices") or sorted({r.get("device") for r in ranks if r.get("device")})
     dev = ", ".join(str(d) for d in devices[:2]) or "unknown device"
+    mean, n, _median = step_figure(report)
     return (f"{len(ranks)} rank(s) of {src.get('world_size') or '?'} · {src.get('backend') or 'no backend'} · "
-            f"{dev} · {total_steps(report)} step(s) · median step {ms(median_step_us(report))}")
+            f"{dev} · {n} step(s) · mean step {ms(mean)}")
+
+
+def missing_line(report: Report) -> str | None:
+    """Which ranks are missing and what the answer cannot see (``source.missing_note``)."""
+    note = (report.get("source") or {}).get("missing_note")
+    return str(note) if note else None
 
 
 def answer(report: Report) -> tuple[str, str | None]:
@@ -40,7 +47,7 @@ def answer(report: Report) -> tuple[str, str | None]:
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
-    share = f" = {pct(f.get('impact_pct'))} of the step" if f.get("impact_pct") is not None else ""
+    share = f" = {pct(f.get('impact_pct'))} of the recorded steps" if f.get("impact_pct") is not None else ""
     where = ", ".join(x for x in (f.get("category"), f.get("role") and f"role {f.get('role')}",
                                   f.get("rank") is not None and f"rank {f.get('rank')}") if x) if f["id"] != "hang" else ""
 
@@ -54,7 +61,7 @@ def _findings_table(report: Report, top: int, bx: box.Box) -> Table:
               title_justify="left")
     t.add_column("#", justify="right")
     t.add_column("lost/step", justify="right")
-    t.add_column("% step", justify="right")
+    t.add_column("% time", justify="right")
     t.add_column("finding / what to change", overflow="fold")
     for i, f in enumerate((report.get("findings") or [])[:top], 1):
         body = Text(f["title"], style="bold")
@@ -154,7 +161,7 @@ def _ledger_section(report: Report, console: Console, top: int, ascii_only: bool
     jobs = lv.job_lines(report)
     if not jobs:
         return
-    console.print(Text("Step ledger — where the median step's time goes (docs/ledger.md)", style="bold"))
+    console.print(Text(lv.title_line(report), style="bold"))
     _ledger_bars(console, jobs, ascii_only)
     console.print(Text("  " + lv.legend(jobs[0][1]), style="dim"))
     note = lv.followed_note(report)
@@ -183,6 +190,9 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
     report = clean_data(report)  # every trace/log/file-name string: no terminal control survives
     bx = box.ASCII2 if ascii_only else box.SIMPLE_HEAD
     console.print(Text("traceread report — " + headline(report), style="bold"))
+    miss = missing_line(report)
+    if miss:
+        console.print(Text("MISSING: ", style="bold red") + Text(miss))
     text, sugg = answer(report)
     console.print(Text("ANSWER: ", style="bold red") + Text(text))
     if sugg:
