@@ -149,12 +149,16 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
+    unreadable: dict[int, str] = {}
     for f in found.files:
         res = results[f]
         if isinstance(res, RankSummary):
             summaries.append(res)
             continue
-        warnings.append(explain_failure(found, f, res.message)[1])
+        failure, message = explain_failure(found, f, res.message)
+        warnings.append(message)
+        if failure is not None and failure.rank is not None:
+            unreadable[failure.rank] = message
     hang = None
     if run_dir is not None:
         from traceread.analysis.hang.diagnose import diagnose_hang
@@ -189,6 +193,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
         "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
     }
+    _missing_ranks(report, unreadable)
     if summaries:
         matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
         guarded("step ledger", warnings, lambda: crossrank.step_ledger(report, summaries, matched, clock))
@@ -207,4 +212,18 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     report["findings"] = build_findings(report, warn=warnings.append)
     report["coverage"] = coverage(report["findings"], report)  # type: ignore[typeddict-item]
+    if report["source"].get("missing_ranks"):
+        from traceread.build.findings.assemble import missing_note
+
+        report["source"]["missing_note"] = missing_note(report, unreadable)
     return report
+
+
+def _missing_ranks(report: Report, unreadable: dict[int, str]) -> None:
+    """``source.missing_ranks``: ranks of the job (its world size, or a file naming them) with no
+    readable trace — the answer cannot see their own time."""
+    present = {int(r["rank"]) for r in report.get("ranks") or []}
+    world = report["source"].get("world_size") or 0
+    missing = (set(range(int(world))) - present) | (set(unreadable) - present)
+    if missing and present:
+        report["source"]["missing_ranks"] = sorted(missing)

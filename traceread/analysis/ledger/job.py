@@ -411,6 +411,8 @@ def build(segments: dict[int, pl.DataFrame], extracts: list[pl.DataFrame], match
         eps_ns = 1000.0 * float(getattr(clock, "epsilon_us", 0.0) or 0.0)
         out.job, k_med = _window(out.ranks, steps, sorted(common), eps_ns)
         out.waited_on = out.job["waited_on"]
+        if out.job["window"]["blind"] and matched is not None:
+            _blind_evidence(out.job["window"]["blind"], matched, offsets, role_of)
     for r, rs in out.ranks.items():
         d = steps[r].dur
         kk = k_med if k_med is not None and k_med in d else _lower_median([(v, s) for s, v in d.items()])
@@ -486,3 +488,32 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
     job = {"step": int(k_med), "step_us": dur / 1000.0, "critical_rank": int(crit), "parts": _parts(w.acc),
            "waited_on": waited_on, "window": window}
     return job, k_med
+
+
+def _blind_evidence(blind: list[dict[str, Any]], matched: Any, offsets: dict[int, float], role_of: RoleOf) -> None:
+    """What the present members of the collectives with a missing rank did: how many instances, how
+    close together the present members arrived (median of last − first) and how long they then stayed
+    (median of end − last present arrival), per (missing rank, role)."""
+    inst = getattr(matched, "instances", None)
+    if inst is None or "missing" not in inst.columns:
+        return
+    miss = inst.filter(pl.col("missing").list.len() > 0).select(
+        "instance", "pg", pl.col("missing").list.first().alias("m"))
+    if miss.height == 0:
+        return
+    off = pl.DataFrame({"rank": list(offsets), "_o": [float(v) for v in offsets.values()]},
+                       schema={"rank": pl.Int64, "_o": pl.Float64})
+    ev = (matched.events.select("instance", "rank", "ts", "end").join(miss, on="instance")
+          .join(off, on="rank", how="left").with_columns(pl.col("_o").fill_null(0.0)))
+    per = (ev.group_by("instance", "m", "pg")
+           .agg(((pl.col("ts") - pl.col("_o")).max() - (pl.col("ts") - pl.col("_o")).min()).alias("spread"),
+                ((pl.col("end") - pl.col("_o")).max() - (pl.col("ts") - pl.col("_o")).max()).alias("after")))
+    stats: dict[tuple[int, str | None], tuple[int, float, float]] = {}
+    for (m, role), grp in per.with_columns(
+            pl.col("pg").map_elements(lambda pg: role_of(pg), return_dtype=pl.Utf8).alias("role")
+    ).group_by("m", "role"):
+        stats[(int(m), role)] = (grp.height, float(grp["spread"].median()), float(grp["after"].median()))  # type: ignore[arg-type]
+    for b in blind:
+        got = stats.get((int(b["rank"]), b.get("role")))
+        if got is not None:
+            b["instances"], b["present_spread_us"], b["after_us"] = got

@@ -91,3 +91,23 @@ def coverage(findings: list[Finding], report: Report) -> dict[str, Any] | None:
     total = min(total, win.total_us)
     return {"explained_us": total / win.n, "step_us": win.mean_step_us, "explained_total_us": total,
             "window_us": win.total_us, "steps": win.n, "median_step_us": win.median_step_us}
+
+
+def missing_note(report: Report, unreadable: dict[int, str] | None = None) -> str:
+    """The line that says which ranks are missing and what the answer can and cannot see."""
+    src = report.get("source") or {}
+    gone = [int(r) for r in src.get("missing_ranks") or []]
+    read = len(report.get("ranks") or [])
+    why = next(iter((unreadable or {}).values()), None)
+    text = (f"rank(s) {rank_list(gone)} of {src.get('world_size') or read + len(gone)} have no trace here"
+            + (f" ({why})" if why and len(gone) == 1 else "") + f"; the answer covers the {read} rank(s) read and "
+            "cannot see the missing ranks' own time.")
+    likely = [f for f in report.get("findings") or [] if f["id"] == "missing_rank"]
+    if likely:
+        f = likely[0]
+        text += (f" Collectives with rank {f.get('rank')} went on {f['impact_us_per_step'] / 1000:.1f} ms per step "
+                 "after every other member had arrived (waiting for it, or moving data): rank "
+                 f"{f.get('rank')} is the likely straggler.")
+    else:
+        text += " Their waits in collectives count as communication here."
+    return text

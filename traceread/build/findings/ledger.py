@@ -272,7 +272,8 @@ def _missing(report: Report, win: Window, budget: Budget) -> list[Finding]:
         title = (f"Rank {m}'s trace is missing and the others spent {_per(win, got)} per step in "
                  f"{'/'.join(dict.fromkeys(roles))} collectives with it after all of them had arrived: rank {m} "
                  "is the likely straggler")
-        ev = [f"every collective with rank {m} ended only after it joined; the present members had all arrived"]
+        ev = [f"the present members of the collectives with rank {m} had all arrived, yet the collectives went on: "
+              f"waiting for rank {m}, or moving data"]
         for b in entries[:2]:
             if b.get("instances"):
                 ev.append(f"{b['instances']} {b.get('role') or ''} collective(s) with rank {m}: the present members "
