@@ -9,10 +9,11 @@ attention, out-proj, residual add, LN, MLP with GELU, residual add) on bf16 acti
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
+from traceread.simulate.comm import ProcessGroup, all_to_all, collective, gloo_allreduce, p2p
 from traceread.simulate.devices import get_device
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
 from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation
@@ -35,6 +36,8 @@ SCENARIOS: dict[str, str] = {
                         "multimem one-shot, or vLLM cross_device_reduce_1stage) under c10d::allreduce_.",
     "host_bound": "DDP with a slow data loader on every step: the GPU idles before each step's first kernel "
                   "because the CPU launches it late.",
+    "gloo_host": "DDP over gloo on CUDA tensors: after backward each gradient bucket is copied to the host and "
+                 "all-reduced there (gloo:all_reduce on a worker thread) while the GPU idles.",
 }
 
 #: Knob defaults of each scenario (the user's knobs win).
@@ -45,6 +48,7 @@ SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
     "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
+    "gloo_host": {"ranks": 2, "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 512, "buckets": 2},
 }
 
 STREAM_DP = 13  # NCCL stream of the data-parallel / default group
@@ -93,6 +97,7 @@ class Knobs:
     hot_factor: float = 3.0  # moe: tokens routed to the hot rank's expert, x the fair share
     allreduce_kernel: str = "nccl"  # tp/custom_allreduce TP all-reduce: nccl | multimem | vllm
     loader_us: float = 0.0  # every step: extra data-loader time on the host before the batch is copied
+    host_jitter_us: float = 0.0  # every rank and step: a random host delay, uniform in [0, this) (noise, no straggler)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -153,6 +158,8 @@ class Knobs:
             raise ValueError("--allreduce-kernel must be nccl, multimem or vllm")
         if self.loader_us < 0:
             raise ValueError("--loader-us must be >= 0")
+        if self.host_jitter_us < 0:
+            raise ValueError("--host-jitter-us must be >= 0")
 
 
 @dataclass
@@ -282,6 +289,8 @@ def _no_prefetch_waits(ctx: RankCtx, k: Knobs) -> list[GpuOp]:
 def _host_delays(k: Knobs, rank: int, step: int) -> tuple[int, int, int, int]:
     """(host straggler ns, data-loader stall ns, GC pause ns, checkpoint ns) for this rank and step."""
     host = sum(int(d * 1000) for r, d, c in k.stragglers if r == rank and c == "host")
+    if k.host_jitter_us:  # its own generator: the other draws (kernel jitter, host costs) stay the same
+        host += int(random.Random(f"{k.seed}:{rank}:{step}").uniform(0.0, k.host_jitter_us) * 1000)
     dl = int(k.loader_us * 1000)
     gc = ck = 0
     for s, cause, us in k.slow_steps:
@@ -374,6 +383,56 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
             yield from _step_close(ctx, k)
             if ck:
                 yield from _checkpoint(ctx, k, ck, params_layer * k.layers)
+
+
+def _gloo_ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
+    """DDP whose process group is gloo while the model is on the GPU: after backward, each bucket is
+    copied to the host (the host waits for the copy), all-reduced by gloo on the host, and copied back."""
+    em = Emitter(ctx)
+    m = k.batch * k.seq_len
+    params_layer = layer_params(k.hidden)
+    nb = max(1, min(k.buckets, k.layers))
+    per_bucket = params_layer * k.layers // nb
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            with ctx.op("DistributedDataParallel.forward", cat="user_annotation", pre=20_000):
+                for i, blk in enumerate(blocks):
+                    blk.forward([h2d] if i == 0 else [])
+                loss_seq = ctx.next_seq()
+                em.loss(m, k.hidden, seq=loss_seq)
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, k.hidden, seq=loss_seq)
+                for layer in reversed(range(k.layers)):
+                    blocks[layer].backward()
+            back: list[GpuOp] = []
+            for _ in range(nb):
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    ctx.memcpy("DtoH", 2 * per_bucket, COMPUTE_STREAM, phase="comm")
+                    yield ctx.sync("cudaStreamSynchronize")
+                yield gloo_allreduce(ctx, dp, per_bucket)
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    back.append(ctx.memcpy("HtoD", 2 * per_bucket, COMPUTE_STREAM, phase="comm"))
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
+                opt[0].waits.extend(back)
+            yield from _step_close(ctx, k)
+
+
+def build_gloo_host(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                      f"{min(k.buckets, k.layers)} gradient all-reduces per step on the host (gloo)",
+                      backend="cpu:gloo,cuda:gloo")
+    _apply_gpu_stragglers(sim, k, lambda s: [_gloo_ddp_program(c, k, dp) for c in s.ranks])
+    sim.run([_gloo_ddp_program(c, k, dp) for c in sim.ranks])
+    return Built(sim, [[dp] for _ in range(k.ranks)], k, "gloo_host", layer_params(k.hidden))
 
 
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
@@ -734,4 +793,6 @@ def build(scenario: str, k: Knobs) -> Built:
         return build_3d(k)
     if scenario == "moe":
         return build_moe(k)
+    if scenario == "gloo_host":
+        return build_gloo_host(k)
     return build_pp(k)
