@@ -147,7 +147,8 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
     # back to send/recv → pp, all-to-all → ep, else other.
     roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
     role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
-    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    host_only = {s.entry["rank"] for s in summaries if s.entry.get("compute_us") is None}
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of, host_only)
     report["ledger"] = led.job  # type: ignore[typeddict-item]
     for e in report["ranks"]:
         if e["rank"] in led.per_rank:
@@ -168,6 +169,8 @@ def straggler_costs(report: Report) -> None:
         x = late.get(int(e["rank"]))
         e["impact_us_per_step"] = float(x["saving_us"]) / int(w["steps"]) if x else 0.0
         e["noise"] = not (x and x.get("straggler"))  # type: ignore[typeddict-unknown-key]
+        if x and x.get("cause") in ("gpu", "host"):  # what its own steps show beyond the others'
+            e["cause"] = x["cause"]
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:

@@ -305,11 +305,23 @@ def _waited_on(steps: dict[int, _RankSteps], k: int, late: int) -> dict[int, int
     return reach
 
 
+def _held_back(steps: dict[int, _RankSteps], k: int, r: int, late: int, waited: int) -> int:
+    """Communication rank r had exposed in step k only because ``late`` held the collectives back: its
+    exposed transfer beyond the late rank's own (a rank that never waits has only the transfer its
+    compute cannot hide), at most what it waited on ``late``."""
+    if waited <= 0:
+        return 0
+    xfer = (steps[r].cats.get(k) or {}).get("comm_transfer", 0)
+    ref = (steps[late].cats.get(k) or {}).get("comm_transfer", 0)
+    return min(max(0, xfer - ref), waited)
+
+
 def _bound(steps: dict[int, _RankSteps], k: int, late: int, step_ns: int) -> int:
     """How much step k could shrink if ``late`` were on time: it cannot get shorter than any other
-    rank's own work (its step minus what it waited on ``late``)."""
+    rank's own work (its step minus what it waited on ``late`` and the transfer that waiting exposed)."""
     waited = _waited_on(steps, k, late)
-    own = max((st.dur[k] - waited.get(r, 0) for r, st in steps.items() if r != late and k in st.dur), default=None)
+    own = max((st.dur[k] - waited.get(r, 0) - _held_back(steps, k, r, late, waited.get(r, 0))
+               for r, st in steps.items() if r != late and k in st.dur), default=None)
     if own is None:
         return 0
     return max(0, step_ns - own)
@@ -342,6 +354,7 @@ class _Late:
     claims: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
     roles: dict[str | None, int] = field(default_factory=lambda: defaultdict(int))
     critical_steps: int = 0
+    excess: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # its own work above the others'
 
 
 def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int, w: _Walk,
@@ -354,6 +367,15 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
             own[key[2]][key] = ns
     for r, keys in own.items():
         e = late.setdefault(r, _Late(r))
+        roles = {role: ns for (p, role), ns in w.waits.items() if p == r}
+        # the critical rank's transfer exposed only because r held the collectives back is r's too
+        held = _held_back(steps, k, crit, r, _waited_on(steps, k, r).get(crit, 0))
+        role = max(roles, key=lambda ro: roles[ro]) if roles else None
+        xfer = ("comm_transfer", role, crit)
+        held = min(held, w.acc.get(xfer, 0))
+        keys = dict(keys)
+        if held > 0:
+            keys[xfer] = held
         share = sum(keys.values())
         d = min(share, _bound(steps, k, r, step_ns))
         e.share += share
@@ -361,14 +383,17 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
         e.delays[k] = d
         for key, ns in keys.items():
             e.claims[key] += ns
-        for (p, role), ns in w.waits.items():
-            if p == r:
-                e.roles[role] += ns
+        for ro, ns in roles.items():
+            e.roles[ro] += ns
+        for c, ns in _excess(steps, k, r).items():
+            e.excess[c] += ns
     if any((st.waits.get(k) or {}).get(crit) for r, st in steps.items() if r != crit):
         ex = _excess(steps, k, crit)
         d = min(_bound(steps, k, crit, step_ns), sum(ex.values()))
         if d > 0:
             e = late.setdefault(crit, _Late(crit))
+            for c, ns in ex.items():
+                e.excess[c] += ns
             e.critical_steps += 1
             e.share += d
             e.saving += d
@@ -381,6 +406,23 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
                     left -= take
 
 
+#: Own-work categories that are the GPU's (the rest of a late rank's excess is the host's).
+GPU_WORK = frozenset({"compute_bound", "memory_bound", "compute_other"})
+
+
+def _cause(e: _Late, gpu_ranks: set[int]) -> str:
+    """Why the late rank was late, from its own work above the other ranks' in the same steps: ``gpu``
+    when most of it is GPU compute (only where GPU work is measured), ``host`` when it is time the
+    GPU waited for the host (or, on a CPU-only rank, any of it), ``unknown`` without any excess."""
+    gpu = sum(ns for c, ns in e.excess.items() if c in GPU_WORK)
+    host = sum(ns for c, ns in e.excess.items() if c not in GPU_WORK)
+    if gpu + host <= 0:
+        return "unknown"
+    if e.rank not in gpu_ranks:
+        return "host"
+    return "gpu" if gpu >= host else "host"
+
+
 def _spread(durations: list[int]) -> float:
     """Robust standard deviation of the step times (1.4826 x median absolute deviation), ns."""
     if len(durations) < 2:
@@ -390,8 +432,9 @@ def _spread(durations: list[int]) -> float:
 
 
 def build(segments: dict[int, pl.DataFrame], extracts: list[pl.DataFrame], matched: Any = None,
-          clock: Any = None, role_of: RoleOf | None = None) -> JobLedger:
-    """Per-rank ledgers, the job ledger of the median step and the window ledger (module docstring)."""
+          clock: Any = None, role_of: RoleOf | None = None, host_only: set[int] | None = None) -> JobLedger:
+    """Per-rank ledgers, the job ledger of the median step and the window ledger (module docstring).
+    ``host_only``: ranks without GPU work (their ledger is the host's, never a "gpu" cause)."""
     role_of = role_of or fallback_roles(extracts)
     offsets = dict(getattr(clock, "offsets_us", None) or {})
     arrivals = _arrivals(matched, offsets) if matched is not None and matched.events.height else None
@@ -409,7 +452,7 @@ def build(segments: dict[int, pl.DataFrame], extracts: list[pl.DataFrame], match
     k_med = None
     if common:
         eps_ns = 1000.0 * float(getattr(clock, "epsilon_us", 0.0) or 0.0)
-        out.job, k_med = _window(out.ranks, steps, sorted(common), eps_ns)
+        out.job, k_med = _window(out.ranks, steps, sorted(common), eps_ns, set(out.ranks) - (host_only or set()))
         out.waited_on = out.job["waited_on"]
         if out.job["window"]["blind"] and matched is not None:
             _blind_evidence(out.job["window"]["blind"], matched, offsets, role_of)
@@ -433,7 +476,7 @@ def _role_of_waits(ranks: dict[int, RankSegs], k: int, late: int) -> dict[str | 
 
 
 def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: list[int],
-            eps_ns: float) -> tuple[dict[str, Any], int]:
+            eps_ns: float, gpu_ranks: set[int] | None = None) -> tuple[dict[str, Any], int]:
     """The job ledger of every step, the median step's (the document's ``ledger``) and the window's."""
     total: dict[Key, int] = defaultdict(int)
     blind: dict[tuple[int, str | None], int] = defaultdict(int)
@@ -467,6 +510,7 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
     spread = _spread(durations)
     noise = max(SPREAD_SIGMAS * spread, eps_ns, MIN_DELAY_FRACTION * med_ns)
     late_out = []
+    gpu_ranks = set(ranks) if gpu_ranks is None else gpu_ranks
     for e in sorted(late.values(), key=lambda e: -e.saving):
         ds = sorted(e.delays.get(k, 0) for k in common)
         typical = ds[(n - 1) // 2] if n % 2 else (ds[n // 2 - 1] + ds[n // 2]) / 2
@@ -474,7 +518,8 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
         late_out.append({
             "rank": e.rank, "role": role, "share_us": e.share / 1000.0, "saving_us": e.saving / 1000.0,
             "delay_us": typical / 1000.0, "steps_late": sum(1 for k in common if e.delays.get(k, 0) > 0),
-            "critical_steps": e.critical_steps, "straggler": bool(typical > noise),
+            "critical_steps": e.critical_steps, "straggler": bool(typical > noise), "cause": _cause(e, gpu_ranks),
+            "excess": [{"category": c, "us": ns / 1000.0} for c, ns in sorted(e.excess.items(), key=lambda kv: -kv[1])],
             "claims": [{"category": c, "role": ro, "rank": rk, "us": ns / 1000.0}
                        for (c, ro, rk), ns in sorted(e.claims.items(), key=lambda kv: -kv[1]) if ns > 0],
         })

@@ -179,12 +179,13 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
 # ---- 2. stragglers ----------------------------------------------------------------------------------
 
 
-def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]]) -> str:
-    """gpu / host / unknown: the straggler analysis' cause where it measured one, else what the late
-    rank's critical-path time was; "gpu" only where GPU work is measured."""
+def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]], ledger_cause: str | None) -> str:
+    """gpu / host / unknown: what the late rank's own steps show beyond the other ranks' (window
+    ledger), else the straggler analysis' cause, else what its critical-path time was; "gpu" only
+    where GPU work is measured."""
     cpu = rank in _cpu_ranks(report)
     entry = next((s for s in report.get("stragglers") or [] if s.get("rank") == rank), None)
-    cause = str((entry or {}).get("cause") or "")
+    cause = ledger_cause if ledger_cause in ("gpu", "host") else str((entry or {}).get("cause") or "")
     if cause not in ("gpu", "host"):
         mix: dict[str, float] = defaultdict(float)
         for c in claims:
@@ -212,7 +213,7 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
             imp = (entries.get(rank) or {}).get("impact_us_per_step")
             saving = float(imp) * win.n if imp is not None else got
         saving = min(float(saving) * got / share_all if share_all else 0.0, got)
-        cause = _straggler_cause(report, rank, e.get("claims") or [])
+        cause = _straggler_cause(report, rank, e.get("claims") or [], e.get("cause"))
         role = e.get("role")
         st = entries.get(rank) or {}
         title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {role or 'a'} communication, "
@@ -233,13 +234,15 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
             ev.append(str(st["evidence"]))
         mix = ", ".join(f"{ms(float(c['us']) / win.n)} {c['category']}" for c in (e.get("claims") or [])[:3])
         if mix:
-            ev.append(f"its time on the critical path per step: {mix}")
+            ev.append(f"its share per step: {mix}")
+        extra = ", ".join(f"{c['category']} +{ms(float(c['us']) / max(int(e.get('steps_late') or 1), 1))}"
+                          for c in (e.get("excess") or [])[:3])
+        if extra:
+            ev.append(f"its own work per late step beyond the other ranks': {extra} (cause: {cause})")
         advice, _p = explain.advice(role, "comm_wait", {"share_us": saving / win.n, "rank": rank, "cause": cause})
-        first = (e.get("claims") or [{"category": "comm_wait"}])[0]["category"]
-        out.append(make_finding("straggler", title, got, win, "comm_wait" if not e.get("critical_steps") else first,
-                                role, rank, explain.straggler(rank, saving / win.n, cause, win.mean_step_us,
-                                                              st.get("blame_us_per_step")),
-                                ev, [advice], predicted_us=saving, blame_us_per_step=st.get("blame_us_per_step")))
+        expl = explain.straggler(rank, saving / win.n, cause, win.mean_step_us, st.get("blame_us_per_step"))
+        out.append(make_finding("straggler", title, got, win, "comm_wait", role, rank, expl, ev, [advice],
+                                predicted_us=saving, blame_us_per_step=st.get("blame_us_per_step")))
     return out
 
 
