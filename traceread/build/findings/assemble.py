@@ -75,6 +75,9 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     except Exception as exc:  # noqa: BLE001 - a malformed section costs its findings, not the report
         if warn:
             warn(f"window ledger unreadable, findings limited: {type(exc).__name__}: {exc}")
+    for note in win.notes if win is not None else []:
+        if warn:
+            warn(note)
     found = hang(report, win)
     found += ledger_findings(report, win, warn) if win is not None else _nccl_alone(report)
     keep = [f for f in found if _kept(f)]

@@ -40,6 +40,7 @@ class Window:
     blind: list[dict[str, Any]] = field(default_factory=list)  # comm with a missing member: {rank, role, us}
     noise_us: float = 0.0
     source: str = "ledger"  # "ledger" | "median step" | "per-rank steps"
+    notes: list[str] = field(default_factory=list)  # what could not be read (reported as warnings)
 
     @property
     def mean_step_us(self) -> float:
@@ -102,14 +103,14 @@ def coarse_window(report: Report) -> Window | None:
         return None
     entry = {(int(r["rank"]), int(s["step"])): s for r in report.get("ranks") or [] for s in r.get("steps") or []}
     role = _busiest_role(report)
-    roots = []
+    roots, notes = [], []
     for s in report.get("stragglers") or []:
         try:
-            if s.get("root", True) and isinstance(s.get("rank"), int):
+            if s.get("root", True):
                 v = s.get("impact_us_per_step")
                 roots.append((int(s["rank"]), float(v if v is not None else s.get("blame_us_per_step") or 0.0)))
-        except (TypeError, ValueError, AttributeError):
-            continue
+        except (TypeError, ValueError, AttributeError) as exc:
+            notes.append(f"stragglers: entry {s!r} skipped ({type(exc).__name__})")
     parts: dict[Key, float] = defaultdict(float)
     by_step = []
     late: dict[int, dict[str, Any]] = {}
@@ -148,4 +149,4 @@ def coarse_window(report: Report) -> Window | None:
     steps = sorted(by_step, key=lambda b: (b["step_us"], b["step"]))
     med = steps[(len(steps) - 1) // 2]
     return Window(len(by_step), sum(b["step_us"] for b in by_step), med["step_us"], med["step"], dict(parts), by_step,
-                  list(late.values()), [], 0.0, "per-rank steps")
+                  list(late.values()), [], 0.0, "per-rank steps", notes)
