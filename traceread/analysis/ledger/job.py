@@ -27,6 +27,7 @@ bubble ("pp"). All lengths are whole nanoseconds, so the parts sum to the step e
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -192,8 +193,10 @@ COMM_CATEGORIES = frozenset({"comm_transfer", "comm_wait", "bubble"})
 #: A late rank is a straggler when its delay per step (median over the window's steps) exceeds the
 #: run's own step-to-step spread (this many robust standard deviations of the step time) ...
 SPREAD_SIGMAS = 1.0
-#: ... the clock uncertainty, and this share of the median step.
+#: ... the clock uncertainty, and this share of the median step ...
 MIN_DELAY_FRACTION = 0.01
+#: ... in at least this share of the steps (a rank late only now and then is noise or a slow step).
+MIN_LATE_SHARE = 0.75
 #: Rounds of the transitive wait closure (a wait on a rank that waited on L is a wait on L).
 CLOSURE_ROUNDS = 4
 
@@ -377,7 +380,9 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
         if held > 0:
             keys[xfer] = held
         share = sum(keys.values())
-        d = min(share, _bound(steps, k, r, step_ns))
+        ex = _excess(steps, k, r)
+        # it cannot save more than the step's bound, nor more than its own work beyond the others'
+        d = min(share, _bound(steps, k, r, step_ns), sum(ex.values()))
         e.share += share
         e.saving += d
         e.delays[k] = d
@@ -385,7 +390,7 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
             e.claims[key] += ns
         for ro, ns in roles.items():
             e.roles[ro] += ns
-        for c, ns in _excess(steps, k, r).items():
+        for c, ns in ex.items():
             e.excess[c] += ns
     if any((st.waits.get(k) or {}).get(crit) for r, st in steps.items() if r != crit):
         ex = _excess(steps, k, crit)
@@ -514,11 +519,12 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
     for e in sorted(late.values(), key=lambda e: -e.saving):
         ds = sorted(e.delays.get(k, 0) for k in common)
         typical = ds[(n - 1) // 2] if n % 2 else (ds[n // 2 - 1] + ds[n // 2]) / 2
+        steady = sum(1 for d in ds if d > noise) >= math.ceil(MIN_LATE_SHARE * n)
         role = max(e.roles, key=lambda ro: e.roles[ro]) if e.roles else None
         late_out.append({
             "rank": e.rank, "role": role, "share_us": e.share / 1000.0, "saving_us": e.saving / 1000.0,
             "delay_us": typical / 1000.0, "steps_late": sum(1 for k in common if e.delays.get(k, 0) > 0),
-            "critical_steps": e.critical_steps, "straggler": bool(typical > noise), "cause": _cause(e, gpu_ranks),
+            "critical_steps": e.critical_steps, "straggler": bool(typical > noise and steady), "cause": _cause(e, gpu_ranks),
             "excess": [{"category": c, "us": ns / 1000.0} for c, ns in sorted(e.excess.items(), key=lambda kv: -kv[1])],
             "claims": [{"category": c, "role": ro, "rank": rk, "us": ns / 1000.0}
                        for (c, ro, rk), ns in sorted(e.claims.items(), key=lambda kv: -kv[1]) if ns > 0],

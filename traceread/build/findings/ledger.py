@@ -93,7 +93,9 @@ def _slow_cause(step: dict[str, Any], top: tuple[str, str | None], top_rank: int
         return ("rank", str(top_rank)), f"rank {top_rank} was late and the others waited for it"
     if cat in COMM_CATEGORIES:
         return ("comm", str(role)), f"{role or 'unclassified'} communication took longer"
-    if cat in COMPUTE_CATEGORIES and top_rank not in cpu:
+    if cat in COMPUTE_CATEGORIES:
+        if top_rank in cpu:
+            return ("compute", ""), f"rank {top_rank}'s operators on the CPU took longer"
         return ("compute", ""), "compute took longer"
     names = _host_names(entry)
     gpu = top_rank not in cpu
@@ -421,9 +423,15 @@ def _category_finding(report: Report, win: Window, category: str, role: str | No
     elif category in ("comm_transfer", "comm_wait"):
         what = "moving data" if category == "comm_transfer" else "waiting inside the collective for a peer"
         groups = f"{role.upper()} groups" if role and role != "other" else "unclassified process groups"
-        where = "on the host (CPU collectives)" if cpu else "with no compute to hide it"
+        gloo = str((report.get("source") or {}).get("backend") or "").lower() == "gloo"
+        where = ("on the host (CPU collectives)" if cpu else
+                 "in host-side (gloo) collectives while the GPU idled" if gloo else "with no compute to hide it")
         title = f"Exposed communication on {groups}: {ms(per)} per step {what} {where} (rank {rank})"
         expl = explain.exposed_comm(per, step, None)
+        if gloo and not cpu:
+            sugg.insert(0, "These collectives run on the host over gloo: every gradient bucket is copied off the GPU, "
+                           "all-reduced by the CPU and copied back while the GPU waits. Use the NCCL backend (one GPU "
+                           "per rank) so they run on the GPU and overlap backward.")
     elif category == "host_bound":
         if cpu:
             title = f"Host time outside any operator: {ms(per)} per step (rank {rank})"
