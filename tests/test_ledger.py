@@ -214,3 +214,39 @@ def test_terminal_ledger_stays_compact_for_many_ranks() -> None:
     text = terminal.render_text(doc, top=10)
     assert "Findings account for 0.0 of 1.0 ms per step" in text
     assert text.count("|") < 200  # a few dozen bars, not 1200
+
+
+@pytest.mark.parametrize("name", TRUTH_SAMPLES)
+def test_sample_window_and_answer_match_truth(samples_dir: Path, name: str) -> None:
+    """The committed samples: the window ledger part by part against truth.json's ``ledger_window``, the
+    header's step figure is its mean step, and the ANSWER is truth's biggest loss (grouped as in
+    tests/test_ledger_truth.py)."""
+    import json
+    from collections import defaultdict
+
+    from test_ledger_truth import _names, _truth_shares
+
+    from traceread.render.terminal import headline
+
+    truth = json.loads((samples_dir / name / "truth.json").read_text())
+    report = _check_report(samples_dir / name)
+    w, t = report["ledger"]["window"], truth["ledger_window"]
+    assert (w["steps"], w["median_step"]) == (t["steps"], t["median_step"])
+
+    def agg(parts: list[dict[str, Any]]) -> dict[tuple[str, str | None, int], float]:
+        d: dict[tuple[str, str | None, int], float] = defaultdict(float)
+        for p in parts:
+            d[(p["category"], p["role"], p["rank"])] += p["us"]
+        return d
+
+    tol = 1e-6 if not any(truth["clock_offsets_us"].values()) else 3 * float(report["source"]["clock"]["epsilon_us"])
+    a, b = agg(w["parts"]), agg(t["parts"])
+    for k in set(a) | set(b):
+        assert a.get(k, 0.0) == pytest.approx(b.get(k, 0.0), abs=tol), (name, k)
+    from traceread.fmt import ms
+
+    assert f"mean step {ms(t['mean_step_us'])}" in headline(report)
+    shares = _truth_shares(truth)
+    best = max(shares.values())
+    top_keys = [k for k, v in shares.items() if v >= 0.97 * best]
+    assert any(_names(report["findings"][0], k) for k in top_keys), (report["findings"][0]["title"], top_keys)

@@ -195,6 +195,8 @@ COMM_CATEGORIES = frozenset({"comm_transfer", "comm_wait", "bubble"})
 SPREAD_SIGMAS = 1.0
 #: ... the clock uncertainty, and this share of the median step ...
 MIN_DELAY_FRACTION = 0.01
+#: With a single recorded step (no spread to measure) the delay must exceed this share of it.
+ONE_STEP_FRACTION = 0.05
 #: ... in at least this share of the steps (a rank late only now and then is noise or a slow step).
 MIN_LATE_SHARE = 0.75
 #: Rounds of the transitive wait closure (a wait on a rank that waited on L is a wait on L).
@@ -513,7 +515,8 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
     n = len(common)
     med_ns = sorted(durations)[(n - 1) // 2]
     spread = _spread(durations)
-    noise = max(SPREAD_SIGMAS * spread, eps_ns, MIN_DELAY_FRACTION * med_ns)
+    # one step has no step-to-step spread to measure: a straggler must then cost a clear share of it
+    noise = max(SPREAD_SIGMAS * spread, eps_ns, (MIN_DELAY_FRACTION if n > 1 else ONE_STEP_FRACTION) * med_ns)
     late_out = []
     gpu_ranks = set(ranks) if gpu_ranks is None else gpu_ranks
     for e in sorted(late.values(), key=lambda e: -e.saving):

@@ -218,7 +218,8 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         cause = _straggler_cause(report, rank, e.get("claims") or [], e.get("cause"))
         role = e.get("role")
         st = entries.get(rank) or {}
-        title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {role or 'a'} communication, "
+        where = f"{role} communication" if role and role != "other" else "collectives"
+        title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
                  f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
                  f"{_per(win, saving)} shorter if it were on time")
         ev = []
