@@ -123,7 +123,8 @@ def _other_lines(report: Report, top: int) -> list[str]:
             (f"rank {s['rank']} costs {ms(s['impact_us_per_step'])}/step, others waited {ms(s['blame_us_per_step'])}/step"
              if s.get("impact_us_per_step") is not None else f"rank {s['rank']} {ms(s['blame_us_per_step'])}/step")
             + f" ({s.get('cause')}, last {s.get('arrived_last')}×)"
-            + ("" if s.get("root", True) else " [secondary]") for s in st[:top]))
+            + ("" if s.get("root", True) else " [secondary]") + (" [within the run's noise]" if s.get("noise") else "")
+            for s in st[:top]))
     p = report.get("pipeline")
     if p:
         lines.append(f"Pipeline: {p.get('stages')} stages × {p.get('microbatches')} micro-batches ({p.get('schedule')}), "
