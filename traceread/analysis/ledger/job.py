@@ -31,12 +31,13 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
 from traceread.analysis.ledger.rank import CATEGORIES
+from traceread.report_schema import Ledger, LedgerPart, RankLedger
 
 RoleOf = Callable[[str | None], str]
 
@@ -66,8 +67,8 @@ class JobLedger:
     """Per-rank final segments, the job ledger of the median step and the window ledger (module docstring)."""
 
     ranks: dict[int, RankSegs] = field(default_factory=dict)
-    job: dict[str, Any] | None = None
-    per_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
+    job: Ledger | None = None
+    per_rank: dict[int, RankLedger] = field(default_factory=dict)
     waited_on: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -249,14 +250,14 @@ def _fill_gap(peer: RankSegs, t0: int, t1: int, waiter: int, role: str | None, a
         acc[("comm_wait", role, waiter)] += t1 - t0 - covered
 
 
-def _parts(acc: dict[Key, int]) -> list[dict[str, Any]]:
+def _parts(acc: dict[Key, int]) -> list[LedgerPart]:
     order = {c: i for i, c in enumerate(CATEGORIES)}
     items = [(k, v) for k, v in acc.items() if v > 0]
     items.sort(key=lambda kv: (-kv[1], order.get(kv[0][0], 99), kv[0][2]))
     return [{"category": c, "role": role, "rank": rank, "us": v / 1000.0} for (c, role, rank), v in items]
 
 
-def _rank_step(rs: RankSegs, k: int) -> dict[str, Any]:
+def _rank_step(rs: RankSegs, k: int) -> RankLedger:
     sel = np.flatnonzero(rs.step == k)
     acc: dict[Key, int] = defaultdict(int)
     for i in sel:
@@ -459,10 +460,11 @@ def build(segments: dict[int, pl.DataFrame], extracts: list[pl.DataFrame], match
     k_med = None
     if common:
         eps_ns = 1000.0 * float(getattr(clock, "epsilon_us", 0.0) or 0.0)
-        out.job, k_med = _window(out.ranks, steps, sorted(common), eps_ns, set(out.ranks) - (host_only or set()))
-        out.waited_on = out.job["waited_on"]
-        if out.job["window"]["blind"] and matched is not None:
-            _blind_evidence(out.job["window"]["blind"], matched, offsets, role_of)
+        job, k_med = _window(out.ranks, steps, sorted(common), eps_ns, set(out.ranks) - (host_only or set()))
+        out.job = cast(Ledger, job)
+        out.waited_on = job["waited_on"]
+        if job["window"]["blind"] and matched is not None:
+            _blind_evidence(job["window"]["blind"], matched, offsets, role_of)
     for r, rs in out.ranks.items():
         d = steps[r].dur
         kk = k_med if k_med is not None and k_med in d else _lower_median([(v, s) for s, v in d.items()])
@@ -500,9 +502,9 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
         walks[k] = (crit, dur, w)
         for key, ns in w.acc.items():
             total[key] += ns
-        for key, ns in w.blind.items():
-            blind[key] += ns
-        before = late.get(crit).critical_steps if crit in late else 0
+        for missing, ns in w.blind.items():
+            blind[missing] += ns
+        before = late[crit].critical_steps if crit in late else 0
         _late_in_step(steps, k, crit, dur, w, late)
         if crit in late and late[crit].critical_steps > before:
             for role, ns in _role_of_waits(ranks, k, crit).items():
@@ -566,7 +568,7 @@ def _blind_evidence(blind: list[dict[str, Any]], matched: Any, offsets: dict[int
     for (m, role), grp in per.with_columns(
             pl.col("pg").map_elements(lambda pg: role_of(pg), return_dtype=pl.Utf8).alias("role")
     ).group_by("m", "role"):
-        stats[(int(m), role)] = (grp.height, float(grp["spread"].median()), float(grp["after"].median()))  # type: ignore[arg-type]
+        stats[(int(m), role)] = (grp.height, float(grp["spread"].median()), float(grp["after"].median()))
     for b in blind:
         got = stats.get((int(b["rank"]), b.get("role")))
         if got is not None:

@@ -72,7 +72,7 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     win = None
     try:
         win = window_of(report)
-    except Exception as exc:  # noqa: BLE001 - a malformed section costs its findings, not the report
+    except Exception as exc:
         if warn:
             warn(f"window ledger unreadable, findings limited: {type(exc).__name__}: {exc}")
     for note in win.notes if win is not None else []:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from traceread.build import explain
@@ -35,7 +36,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
     ``nodes`` (most nodes one group of that role spans), ``group_size``, ``gpus_per_node`` (most
     ranks of the job on one node), ``busbw_gbps`` (slowest measured bus bandwidth of those groups'
     collectives) and ``nvlink_gbps`` (the devices' intra-node link peak). Missing ones are left out."""
-    lay = report.get("layout") or {}
+    lay: Mapping[str, Any] = report.get("layout") or {}
     groups = [g for g in lay.get("groups") or [] if g.get("role") == role]
     out: dict[str, Any] = {}
     if groups:
@@ -51,7 +52,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
     colls = [c for c in report.get("collectives") or []  # the table labels groups "name (desc)"
              if str(c.get("pg")).split(" ")[0] in pgs and c.get("busbw_gbps")]
     if colls:
-        out["busbw_gbps"] = min(float(c["busbw_gbps"]) for c in colls)
+        out["busbw_gbps"] = min(float(c.get("busbw_gbps") or 0.0) for c in colls)  # all known (above)
     nv = _nvlink_gbps(report)
     if nv:
         out["nvlink_gbps"] = nv
@@ -61,7 +62,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
 def tp_across_nodes(report: Report, budget: Budget | None = None, win: Window | None = None) -> list[Finding]:
     """One finding when any tensor-parallel group spans several nodes (see the module docstring),
     claiming its share from ``budget`` (a fresh one of the document's window when not given)."""
-    lay = report.get("layout") or {}
+    lay: Mapping[str, Any] = report.get("layout") or {}
     spread = [g for g in lay.get("groups") or [] if g.get("role") == "tp" and len(g.get("nodes") or []) > 1]
     if not spread:
         return []

@@ -33,7 +33,7 @@ window. A hang is not a share (the job stopped): it comes first, outside the cov
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,16 +79,17 @@ def _grouped(parts: list[dict[str, Any]]) -> dict[tuple[str, str | None], list[t
     return out
 
 
-def _host_names(entry: dict[str, Any] | None) -> list[str]:
+def _host_names(entry: Mapping[str, Any] | None) -> list[str]:
     names = [str(a.get("name")) for a in (entry or {}).get("host_activity") or [] if a.get("name")]
     return sorted(names, key=lambda n: n.lower().startswith(("cuda", "cudnn")))  # the runtime's own waits last
 
 
-def _slow_cause(step: dict[str, Any], top: tuple[str, str | None], top_rank: int, entry: dict[str, Any] | None,
-                cpu: set[int]) -> tuple[tuple[str, str], str]:
+def _slow_cause(step: Mapping[str, Any], top: tuple[str, str | None], top_rank: int,
+                entry: Mapping[str, Any] | None, cpu: set[int]) -> tuple[tuple[str, str], str]:
     """(group label, what happened) for a slow step whose largest growth is in ``top``."""
     cat, role = top
-    crit = int(step.get("critical_rank") if step.get("critical_rank") is not None else -1)
+    crit_v = step.get("critical_rank")
+    crit = int(crit_v) if crit_v is not None else -1
     if top_rank != crit and cat not in COMM_CATEGORIES:
         return ("rank", str(top_rank)), f"rank {top_rank} was late and the others waited for it"
     if cat in COMM_CATEGORIES:
@@ -381,7 +382,8 @@ def _roofline_memory(report: Report, win: Window, budget: Budget) -> list[Findin
 def _numbers(report: Report, role: str | None, share: float, step: float) -> dict[str, Any]:
     """The job's numbers the guide's cost models need (explain.advice), for a per-step share of ``role``."""
     p = report.get("pipeline") or {}
-    groups = [g for g in (report.get("layout") or {}).get("groups") or [] if g.get("role") == role]
+    lay: Mapping[str, Any] = report.get("layout") or {}
+    groups = [g for g in lay.get("groups") or [] if g.get("role") == role]
     n: dict[str, Any] = {"share_us": share, "step_us": step, "stages": p.get("stages"),
                          "microbatches": p.get("microbatches"),
                          "virtual": 2 if p.get("schedule") == "interleaved" else 1}
@@ -489,7 +491,7 @@ def ledger_findings(report: Report, win: Window, warn: Callable[[str], None] | N
     for stage in STAGES:
         try:
             out += stage(report, win, budget)
-        except Exception as exc:  # noqa: BLE001 - a finding bug must not cost the user the whole report
+        except Exception as exc:
             if warn:
                 warn(f"finding '{stage.__name__.strip('_')}' skipped: {type(exc).__name__}: {exc}")
     out.sort(key=lambda f: -f["impact_us_per_step"])

@@ -18,6 +18,7 @@ document:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ class Window:
         return self.total_us / self.n if self.n else 0.0
 
 
-def parts_by_key(parts: list[dict[str, Any]] | None) -> dict[Key, float]:
+def parts_by_key(parts: Iterable[Mapping[str, Any]] | None) -> dict[Key, float]:
     out: dict[Key, float] = defaultdict(float)
     for p in parts or []:
         out[(str(p["category"]), p.get("role"), int(p["rank"]))] += float(p["us"])
@@ -58,7 +59,7 @@ def window_of(report: Report) -> Window | None:
     """The document's window ledger (module docstring); None when it has no steps at all."""
     led = report.get("ledger")
     if led and led.get("window"):
-        w = led["window"]  # type: ignore[typeddict-item]
+        w = led["window"]
         return Window(int(w["steps"]), float(w["total_us"]), float(w["median_step_us"]), w.get("median_step"),
                       parts_by_key(w.get("parts")), list(w.get("by_step") or []), list(w.get("late") or []),
                       list(w.get("blind") or []), float(w.get("noise_us") or 0.0))
@@ -87,7 +88,7 @@ def step_durations(report: Report) -> dict[int, dict[int, float]]:
 
 
 def _busiest_role(report: Report) -> str:
-    lay = report.get("layout") or {}
+    lay: Mapping[str, Any] = report.get("layout") or {}
     roles = {str(g["pg"]): g.get("role") or "other" for g in lay.get("groups") or []}
     time: dict[str, float] = defaultdict(float)
     for c in report.get("collectives") or []:
@@ -101,18 +102,20 @@ def coarse_window(report: Report) -> Window | None:
     durs = step_durations(report)
     if not durs:
         return None
-    entry = {(int(r["rank"]), int(s["step"])): s for r in report.get("ranks") or [] for s in r.get("steps") or []}
+    entry: dict[tuple[int, int], Mapping[str, Any]] = {
+        (int(r["rank"]), int(st["step"])): st for r in report.get("ranks") or [] for st in r.get("steps") or []}
     role = _busiest_role(report)
-    roots, notes = [], []
-    for s in report.get("stragglers") or []:
+    roots: list[tuple[int, float]] = []
+    notes: list[str] = []
+    for x in report.get("stragglers") or []:
         try:
-            if s.get("root", True):
-                v = s.get("impact_us_per_step")
-                roots.append((int(s["rank"]), float(v if v is not None else s.get("blame_us_per_step") or 0.0)))
+            if x.get("root", True):
+                v = x.get("impact_us_per_step")
+                roots.append((int(x["rank"]), float(v if v is not None else x.get("blame_us_per_step") or 0.0)))
         except (TypeError, ValueError, AttributeError) as exc:
-            notes.append(f"stragglers: entry {s!r} skipped ({type(exc).__name__})")
+            notes.append(f"stragglers: entry {x!r} skipped ({type(exc).__name__})")
     parts: dict[Key, float] = defaultdict(float)
-    by_step = []
+    by_step: list[dict[str, Any]] = []
     late: dict[int, dict[str, Any]] = {}
     for k in sorted(durs):
         dur, neg = max((d, -r) for r, d in durs[k].items())
@@ -122,10 +125,12 @@ def coarse_window(report: Report) -> Window | None:
         comm = float(s.get("exposed_comm_us") or 0.0)
         idle = float(s.get("idle_us") or 0.0)
         host = min(float(s.get("host_bound_us") or 0.0), idle)
-        for key, us in ((("compute_other", None, crit), float(s.get("compute_us") or 0.0)),
+        pieces: list[tuple[Key, float]] = [
+                        (("compute_other", None, crit), float(s.get("compute_us") or 0.0)),
                         (("comm_transfer", role, crit), comm),
                         (("exposed_memcpy", None, crit), float(s.get("exposed_memcpy_us") or 0.0)),
-                        (("host_bound", None, crit), host), (("idle_other", None, crit), idle - host)):
+                        (("host_bound", None, crit), host), (("idle_other", None, crit), idle - host)]
+        for key, us in pieces:
             if us > 0:
                 step_parts[key] += us
         rest = dur - sum(step_parts.values())
