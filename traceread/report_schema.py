@@ -161,7 +161,7 @@ class WindowLedger(TypedDict, total=False):
     #              excess: [{category, us}], claims: [{category, role, rank, us}]}; µs over the window
     late: list[dict[str, Any]]
     # collectives with a member whose trace is missing, after every present member arrived:
-    # {rank (the missing one), role, us, instances, present_spread_us, after_us}
+    # {rank (the missing one), role, us, instances, present_spread_us, after_us, present (fewest members read)}
     blind: list[dict[str, Any]]
 
 

@@ -548,8 +548,9 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
 
 def _blind_evidence(blind: list[dict[str, Any]], matched: Any, offsets: dict[int, float], role_of: RoleOf) -> None:
     """What the present members of the collectives with a missing rank did: how many instances, how
-    close together the present members arrived (median of last − first) and how long they then stayed
-    (median of end − last present arrival), per (missing rank, role)."""
+    close together the present members arrived (median of last − first), how long they then stayed
+    (median of end − last present arrival) and how many members were present (fewest), per (missing
+    rank, role)."""
     inst = getattr(matched, "instances", None)
     if inst is None or "missing" not in inst.columns:
         return
@@ -563,13 +564,15 @@ def _blind_evidence(blind: list[dict[str, Any]], matched: Any, offsets: dict[int
           .join(off, on="rank", how="left").with_columns(pl.col("_o").fill_null(0.0)))
     per = (ev.group_by("instance", "m", "pg")
            .agg(((pl.col("ts") - pl.col("_o")).max() - (pl.col("ts") - pl.col("_o")).min()).alias("spread"),
-                ((pl.col("end") - pl.col("_o")).max() - (pl.col("ts") - pl.col("_o")).max()).alias("after")))
-    stats: dict[tuple[int, str | None], tuple[int, float, float]] = {}
+                ((pl.col("end") - pl.col("_o")).max() - (pl.col("ts") - pl.col("_o")).max()).alias("after"),
+                pl.len().alias("present")))
+    stats: dict[tuple[int, str | None], tuple[int, float, float, int]] = {}
     for (m, role), grp in per.with_columns(
             pl.col("pg").map_elements(lambda pg: role_of(pg), return_dtype=pl.Utf8).alias("role")
     ).group_by("m", "role"):
-        stats[(int(m), role)] = (grp.height, float(grp["spread"].median()), float(grp["after"].median()))
+        stats[(int(m), role)] = (grp.height, float(grp["spread"].median()), float(grp["after"].median()),
+                                 int(grp["present"].min()))
     for b in blind:
         got = stats.get((int(b["rank"]), b.get("role")))
         if got is not None:
-            b["instances"], b["present_spread_us"], b["after_us"] = got
+            b["instances"], b["present_spread_us"], b["after_us"], b["present"] = got

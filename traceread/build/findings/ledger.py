@@ -262,7 +262,8 @@ def _missing(report: Report, win: Window, budget: Budget) -> list[Finding]:
     gone = set(missing_ranks(report))
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for b in win.blind:
-        by_rank[int(b["rank"])].append(b)
+        if int(b.get("present") or 0) >= 2:  # one present member alone cannot tell waiting from moving data
+            by_rank[int(b["rank"])].append(b)
     out = []
     for m, entries in sorted(by_rank.items()):
         if gone and m not in gone:
