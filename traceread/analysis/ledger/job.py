@@ -18,11 +18,18 @@ collectives (:mod:`traceread.analysis.comm.collectives`) and the clock offsets
   step k window (ties: lowest rank). Start from r*'s segments of step k; every ``comm_wait``
   segment is replaced by the late peer's segments over the same aligned interval, recursively
   (a peer's own waits are replaced again; depth ≤ world size), attributed to that peer's rank; a
-  part with no peer segments stays r*'s ``comm_wait``. The ledger reported is the one of the step
-  whose critical duration is the lower median (ties: lower step number).
+  part with no peer segments stays r*'s ``comm_wait``. ``ledger`` is the step whose critical
+  duration is the lower median (ties: lower step number).
+* **window ledger** (``ledger.window``) — every step's job ledger, summed: the findings' budget.
+  Per step, each **late rank** (its own work on the critical path, or the critical rank when the
+  others waited on it) is charged once: its share, and a saving no larger than the step's bound
+  (no other rank's own work can shrink) nor its own work beyond the others'. A late rank is a
+  **straggler** when that delay is above the run's step-to-step noise in 3 of every 4 steps.
+  Communication of collectives with a member whose trace is missing, after every present member
+  arrived, is ``blind`` (the missing rank's wait or the transfer: the traces cannot tell).
 
 Each part is ``{category, role, rank, us}``; role is null except for comm_wait, comm_transfer and
-bubble ("pp"). All lengths are whole nanoseconds, so the parts sum to the step exactly.
+bubble ("pp"). All lengths are whole nanoseconds, so the parts sum to the step (and the window) exactly.
 """
 
 from __future__ import annotations
