@@ -147,6 +147,7 @@ class HostCollective:
     transfer_ns: int
     arrival: int
     span: HostEvent
+    step: int = -1
     end: int | None = None
 
 
@@ -371,7 +372,7 @@ class RankCtx:
         runs it from now until every member has joined, plus the transfer)."""
         span = HostEvent("user_annotation", name, worker_tid, self.now, 0, {"External id": self._next_ext()})
         self.events.append(span)
-        req = HostCollective(key, members, self.rank, pg_name, transfer_ns, self.now, span)
+        req = HostCollective(key, members, self.rank, pg_name, transfer_ns, self.now, span, self.step)
         self.sim.host_instances.setdefault(key, []).append(req)
         return req
 

@@ -225,6 +225,10 @@ def collectives_truth(built: Built, base_ns: int) -> tuple[list[dict[str, Any]],
         if key[0] == "p2p":
             entry["src"], entry["dst"] = info.src_rank, info.dst_rank
         out.append(entry)
+    for hosts in built.sim.host_instances.values():  # host-side (gloo) collectives: blame alike
+        ordered_h = sorted((h.arrival, h.rank) for h in hosts)
+        if len(ordered_h) > 1:
+            blame[ordered_h[-1][1]][hosts[0].step] += ordered_h[-1][0] - ordered_h[-2][0]
     out.sort(key=lambda e: (min(e["arrivals_us"].values()), e["pg"], e["seq"]))
     return out, blame
 
