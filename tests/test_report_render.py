@@ -74,28 +74,35 @@ def test_nan_becomes_null() -> None:
 
 
 def test_findings_impacts_match_hand_computation(doc: dict) -> None:
+    """The fixture has no step ledger: its window comes from the ranks' per-step breakdowns (every rank
+    has the same steps, so rank 0 is critical in each), and every finding is a share of it, each µs once."""
     f = by_id(doc)
-    step = (5 * 100_000.0 + 140_000.0) / N_STEPS  # every rank's mean step
+    window = 5 * 100_000.0 + 140_000.0  # six steps, step 14 slow by 40 ms
     assert doc["findings"][0]["id"] == "hang"  # a hang always leads
     assert f["hang"]["impact_pct"] == 100.0
+    # rank 3 is late by 8 ms per step: rank 0's exposed communication above rank 3's own (12 - 4 ms)
     assert f["straggler"]["impact_us_per_step"] == pytest.approx(8_000.0)
-    assert f["straggler"]["rank"] == 3
-    # median over ranks of exposed comm per step: ranks 0-2 have 12 ms, rank 3 4 ms; 8 ms of it is
-    # waiting for straggler rank 3 (its finding counts that), leaving rank 3's own 4 ms
-    assert f["exposed_comm"]["impact_us_per_step"] == pytest.approx(12_000.0 - 8_000.0)
-    assert f["exposed_comm"]["collective"] == "allreduce"
-    assert f["pipeline_bubble"]["impact_us_per_step"] == pytest.approx(0.30 * step)
-    # host-bound idle = 60 % of idle: (5*10 ms + 50 ms) / 6 steps * 0.6
-    assert f["host_bound"]["impact_us_per_step"] == pytest.approx(0.6 * 100_000.0 / 6)
-    assert f["slow_steps"]["impact_us_per_step"] == pytest.approx(40_000.0 / 6)
-    assert f["memory_bound"]["impact_us_per_step"] == pytest.approx((48_000.0 + 6_000.0) / 6)
-    # SM time lost per step per rank: (7200 + 45000) / 4 ranks / 6 steps
-    assert f["low_sm_efficiency"]["impact_us_per_step"] == pytest.approx((7_200 + 45_000) / 4 / 6)
-    # network allgather at 15 of 50 GB/s: 70 % of 24 x 400 us over 6 steps
+    assert f["straggler"]["rank"] == 3 and f["straggler"]["predicted_saving_us"] == pytest.approx(8_000.0)
+    # step 14's excess over the median step (40 ms), once: out of its host-bound and other idle
+    assert f["slow_steps"]["impact_us_per_step"] == pytest.approx(40_000.0 / N_STEPS)
+    assert f["slow_steps"]["steps"] == [14]
+    # network allgather at 15 of 50 GB/s: 70 % of 24 x 400 us over 6 steps, out of the transfer
     assert f["nccl_transport_fallback"]["impact_us_per_step"] == pytest.approx(0.7 * 400 * 24 / 6)
+    # exposed communication keeps what the straggler and the NCCL transport did not explain
+    assert f["exposed_comm"]["impact_us_per_step"] == pytest.approx(12_000.0 - 8_000.0 - 0.7 * 400 * 24 / 6)
+    assert f["exposed_comm"]["role"] == "dp"
+    # host-bound idle = 60 % of idle, without step 14's stall (that is the slow step's): 6 x 6 ms
+    assert f["host_bound"]["impact_us_per_step"] == pytest.approx(6_000.0)
+    # SM time lost per step per rank: (7200 + 45000) / 4 ranks / 6 steps, out of the compute
+    assert f["low_sm_efficiency"]["impact_us_per_step"] == pytest.approx((7_200 + 45_000) / 4 / 6)
+    # the roofline's memory-bound operators: (48 + 6 ms) over 6 steps, out of the compute
+    assert f["memory_bound"]["impact_us_per_step"] == pytest.approx((48_000.0 + 6_000.0) / 6)
     for x in doc["findings"]:
-        assert x["impact_pct"] == pytest.approx(100.0 * x["impact_us_per_step"] / step) or x["id"] == "hang"
+        if x["id"] != "hang":
+            assert x["impact_us_total"] == pytest.approx(x["impact_us_per_step"] * N_STEPS)
+            assert x["impact_pct"] == pytest.approx(100.0 * x["impact_us_total"] / window)
         assert x["explanation"] and x["suggestions"]
+    assert sum(x["impact_us_total"] for x in doc["findings"][1:]) <= window
     rest = [x["impact_us_per_step"] for x in doc["findings"][1:]]
     assert rest == sorted(rest, reverse=True)
 

@@ -98,7 +98,8 @@ class StragglerEntry(TypedDict, total=False):
     # extras
     root: bool  # False when the rank was only late because it waited on someone earlier
     evidence: str
-    impact_us_per_step: float  # step time saved if it were on time (each delay counted once) <= blame
+    impact_us_per_step: float  # step time saved if it were on time: once per step, within the others' own work (window ledger)
+    noise: bool  # its delay per step is within the run's own step-to-step spread: not a straggler
 
 
 class PipelineEntry(TypedDict, total=False):
@@ -152,6 +153,26 @@ class LedgerPart(TypedDict):
     us: float
 
 
+class WindowLedger(TypedDict, total=False):
+    """Every recorded step's critical-path ledger, summed (docs/ledger.md: the window ledger)."""
+
+    steps: int  # steps in the window (those every rank has)
+    total_us: float  # sum of the steps' durations, each its longest (critical) rank's
+    mean_step_us: float  # total_us / steps: the job's step figure
+    median_step_us: float
+    median_step: int
+    spread_us: float  # 1.4826 x median absolute deviation of the step durations
+    noise_us: float  # a late rank's delay per step must exceed this to be a straggler
+    parts: list[LedgerPart]  # µs over the whole window, summing exactly to total_us
+    by_step: list[dict[str, Any]]  # {step, step_us, critical_rank, parts}
+    # late ranks: {rank, role, share_us, saving_us, delay_us, steps_late, critical_steps, straggler, cause,
+    #              excess: [{category, us}], claims: [{category, role, rank, us}]}; µs over the window
+    late: list[dict[str, Any]]
+    # collectives with a member whose trace is missing, after every present member arrived:
+    # {rank (the missing one), role, us, instances, present_spread_us, after_us, present (fewest members read)}
+    blind: list[dict[str, Any]]
+
+
 class Ledger(TypedDict, total=False):
     """The job's step ledger: the critical rank's median step, parts summing exactly to step_us."""
 
@@ -161,6 +182,7 @@ class Ledger(TypedDict, total=False):
     parts: list[LedgerPart]
     # extra: which late ranks the critical path followed, in which role, for how long
     waited_on: list[dict[str, Any]]
+    window: WindowLedger  # extra: every recorded step, summed (what findings are shares of)
 
 
 class RankLedger(TypedDict, total=False):
@@ -171,26 +193,33 @@ class RankLedger(TypedDict, total=False):
     parts: list[LedgerPart]
 
 
-class Coverage(TypedDict):
-    explained_us: float  # sum of the findings' impacts (shares of the step; the hang finding excluded)
-    step_us: float  # the job ledger's step
+class Coverage(TypedDict, total=False):
+    explained_us: float  # the findings' shares per step on average (the hang finding excluded)
+    step_us: float  # the window's mean step (ledger.window.mean_step_us)
+    # extras
+    explained_total_us: float  # the findings' shares of the whole window
+    window_us: float
+    steps: int
+    median_step_us: float
 
 
 class Finding(TypedDict, total=False):
     id: str  # stable kind, e.g. "exposed_comm", "straggler", "pipeline_bubble"
     title: str
-    impact_us_per_step: float  # the finding's share of the job ledger's step (never more than the step in total)
+    impact_us_per_step: float  # its share of the window per step on average (all together never above the mean step)
     explanation: str
     category: str  # the ledger category it is a share of ("hang" for a hang)
     role: str | None  # process-group role (dp, fsdp, tp, pp, cp, ep, other) where one applies
     # extras
-    impact_pct: float | None
+    impact_pct: float | None  # the share's percentage of the window
     evidence: list[str]
     suggestions: list[str]
     rank: int | None  # the rank the share belongs to, where one applies
-    predicted_saving_us: float  # what-if saving of the suggested change, never above the impact
     severity: str  # NCCL findings: the diagnosis' severity, "error" | "warning" ("info" never becomes a finding)
     memory_bytes: float | None  # memory findings (category "memory", no step time): the bytes at stake
+    predicted_saving_us: float  # what-if saving per step of the suggested change, never above the impact
+    impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
+    steps: list[int]  # slow_steps: the steps it covers
 
 
 class LayoutGroup(TypedDict):
@@ -334,7 +363,9 @@ class Memory(TypedDict, total=False):
 
 class Report(TypedDict, total=False):
     schema: str
-    source: dict[str, Any]  # {"paths", "world_size", "backend", "devices"}
+    # {"paths", "world_size", "backend", "devices", ...; "missing_ranks": ranks of the job without a readable
+    # trace, "missing_note": the line saying what the answer cannot see (only when ranks are missing)}
+    source: dict[str, Any]
     warnings: list[str]
     ranks: list[RankEntry]
     collectives: list[CollectiveEntry]

@@ -146,11 +146,30 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
     layout = report.get("layout")
     roles = {str(g["pg"]): g["role"] for g in (layout.get("groups") if layout else None) or []}
     role_of = (lambda pg: roles.get(UNNAMED_PG if pg is None else str(pg), "other")) if roles else None
-    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    host_only = {s.entry["rank"] for s in summaries if s.entry.get("compute_us") is None}
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of, host_only)
     report["ledger"] = led.job
     for e in report["ranks"]:
         if e["rank"] in led.per_rank:
             e["ledger"] = led.per_rank[e["rank"]]
+    straggler_costs(report)
+
+
+def straggler_costs(report: Report) -> None:
+    """Each straggler entry's ``impact_us_per_step`` from the window ledger: the step time its delay
+    cost, once per step whatever number of collectives waited on it, and never more than the other
+    ranks' own work allows (``ledger.window.late[].saving_us``); ``noise`` when that delay is within
+    the run's own step-to-step spread (docs/ledger.md)."""
+    w = (report.get("ledger") or {}).get("window")
+    if not w or not w.get("steps"):
+        return
+    late = {int(x["rank"]): x for x in w.get("late") or []}
+    for e in report.get("stragglers") or []:
+        x = late.get(int(e["rank"]))
+        e["impact_us_per_step"] = float(x["saving_us"]) / int(w["steps"]) if x else 0.0
+        e["noise"] = not (x and x.get("straggler"))
+        if x and x.get("cause") in ("gpu", "host"):  # what its own steps show beyond the others'
+            e["cause"] = x["cause"]
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:

@@ -270,8 +270,10 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
     from traceread.analysis.ledger import rank as ledger
 
-    segments = guarded(f"rank {rt.rank}: step ledger", warnings,
-                       lambda: ledger.rank_segments(rt, wtab, ops)) if rt.gpu.height else None
+    if rt.gpu.height:
+        segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.rank_segments(rt, wtab, ops, comm))
+    else:  # CPU-only rank: the host's ledger (operators, host-side collectives, the rest)
+        segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.host_segments(rt, wtab, comm))
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))

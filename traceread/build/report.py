@@ -19,18 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from traceread.build import run_folder
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
 from traceread.read.jsonfile import load_json_object
 from traceread.report_schema import SCHEMA_ID, RankEntry, Report
 
 __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
-
-#: Folders and files of a collected run folder that analyses read besides the traces (document key).
-RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject", "memory")
-RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
-
 
 class NothingUsableError(TraceReadError):
     """Nothing to analyse. ``bad_input``: files or paths were given but unreadable/missing (exit 2);
@@ -39,62 +34,6 @@ class NothingUsableError(TraceReadError):
     def __init__(self, message: str, *, bad_input: bool = False) -> None:
         super().__init__(message)
         self.bad_input = bad_input
-
-
-def _run_dir(paths: Sequence[str | Path], run_json: list[Path]) -> Path | None:
-    """The collected RUN folder (run.json, fr/, stacks/, nccl/), when the user pointed at one."""
-    if run_json:
-        return run_json[0].parent
-    for p in paths:
-        if isinstance(p, str) and "://" in p:
-            continue
-        q = Path(p)
-        if q.is_dir():
-            for cand in (q, q.parent):
-                if any((cand / d).exists() for d in ("run.json", "fr", "stacks", "nccl", "hang.json")):
-                    return cand
-    return None
-
-
-def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
-    """Non-trace inputs an analysis may read, for the document key: the run folder's hang evidence,
-    NCCL logs and run.json, and logs lying directly in a folder the user named."""
-    out: list[Path] = []
-    if run_dir is not None:
-        out += [run_dir / n for n in RUN_SIDE_FILES if (run_dir / n).is_file()]
-        for d in RUN_SIDE_DIRS:
-            if (run_dir / d).is_dir():
-                out += sorted(p for p in (run_dir / d).rglob("*") if p.is_file())
-    for p in paths:
-        q = Path(p) if not (isinstance(p, str) and "://" in p) else None
-        if q is not None and q.is_dir():
-            out += sorted(f for f in q.iterdir() if f.suffix in LOG_SUFFIXES and f.is_file())
-        elif q is not None and q.suffix in LOG_SUFFIXES and q.is_file():
-            out.append(q)
-    return out
-
-
-def _no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
-    """One line for a collected run that recorded no trace: why, and how to collect one."""
-    o = run_info.get("options") or {}
-    ran = [i["steps"] for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
-    need = 1 + int(o.get("wait") or 0) + int(o.get("warmup") or 0) + 1
-    why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
-           f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else
-           "no rank reported an optimizer step" if not ran else "no rank wrote one (see launcher.log)")
-    active = max(1, max(ran) - 2) if ran else 3  # what fits the job's steps after --wait 0 --warmup 1
-    return f"{run_dir}: no trace: {why}; collect again with e.g. --wait 0 --warmup 1 --active {active}"
-
-
-def _partial_window(run_info: dict[str, Any] | None) -> str | None:
-    """The warning of a window the end of the job cut short (collect keeps its recorded steps)."""
-    parts = [i["partial"] for i in ((run_info or {}).get("ranks") or {}).values()
-             if isinstance(i, dict) and isinstance(i.get("partial"), dict)]
-    if not parts:
-        return None
-    p = parts[0]
-    return (f"partial window: the job ended after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
-            f"({len(parts)} rank(s)); the report covers those steps")
 
 
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
@@ -108,12 +47,12 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
 
     opts = options or ReportOptions()
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
-    run_dir = _run_dir(paths, found.run_json)
+    run_dir = run_folder.run_dir_of(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
     if root is not None and found.files and not found.missing:
         key = caches.document_key([str(p) for p in paths], found.files,
-                                  _side_files(paths, run_dir) + [Path(p) for p in opts.snapshots], opts.analysis_key(),
+                                  run_folder.side_files(paths, run_dir) + [Path(p) for p in opts.snapshots], opts.analysis_key(),
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
@@ -167,19 +106,23 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
+    unreadable: dict[int, str] = {}
     for f in found.files:
         res = results[f]
         if isinstance(res, RankSummary):
             summaries.append(res)
             continue
-        warnings.append(explain_failure(found, f, res.message)[1])
+        failure, message = explain_failure(found, f, res.message)
+        warnings.append(message)
+        if failure is not None and failure.rank is not None:
+            unreadable[failure.rank] = message
     hang = None
     if run_dir is not None:
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
     if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
-        raise NothingUsableError(_no_trace_line(run_dir or Path(str(paths[0])), run_info))
+        raise NothingUsableError(run_folder.no_trace_line(run_dir or Path(str(paths[0])), run_info))
     if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
@@ -190,7 +133,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     if nccl is not None and summaries:  # the traces name the GPUs: hardware-fitted NCCL advice
         guarded("NCCL diagnoses", warnings, lambda: nccl_records.refit(nccl, [s.meta.device_name for s in summaries
                                                                                if s.meta.device_name]))
-    partial = _partial_window(run_info)
+    partial = run_folder.partial_window(run_info)
     if partial:
         warnings.append(partial)
     warnings.extend(crossrank.assign_ranks(summaries))
@@ -215,6 +158,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
         "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
+    run_folder.mark_missing_ranks(report, unreadable)
     if summaries:
         from traceread.analysis.time.iterations import job_workload
 
@@ -238,11 +182,15 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
-    from traceread.build.findings.assemble import build_findings
+    from traceread.build.findings.assemble import build_findings, coverage
     from traceread.build.findings.layout import fit_to_workload
 
     report["findings"] = fit_to_workload(build_findings(report, warn=warnings.append), report)
-    from traceread.build.findings.ledger import coverage
+    report["coverage"] = coverage(report["findings"], report)  # type: ignore[typeddict-item]
+    if report["source"].get("missing_ranks"):
+        from traceread.build.findings.assemble import missing_note
 
-    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
+        report["source"]["missing_note"] = missing_note(report, unreadable)
     return report
+
+

@@ -12,7 +12,8 @@ from traceread.textsafe import clean
 
 T = TypeVar("T")
 
-SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
+SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound",
+                  "gloo_host")
 
 
 def _straggler(value: str) -> int:
@@ -87,6 +88,8 @@ def _slow_step(value: str) -> tuple[int, str, float]:
 @click.option("--activation-factor", "act_factors", multiple=True,
               callback=lambda c, p, v: [_act_factor(x) for x in v],
               help="With --memory: RANK:FACTOR, that rank's activations are FACTOR x larger (repeatable).")
+@click.option("--host-jitter-us", default=0.0, show_default=True,
+              help="Every rank and step: a random host delay up to this (noise, no straggler).")
 @click.pass_context
 def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
              straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
@@ -99,8 +102,8 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
     per-collective waits, straggler blame, pipeline bubble, slow steps, clock offsets).
 
     \b
-    Scenarios: ddp, tp, pp, slow_steps, 3d, fsdp_exposed, moe, custom_allreduce, host_bound
-    (each has its own defaults; options you give override them).
+    Scenarios: ddp, tp, pp, slow_steps, 3d, fsdp_exposed, moe, custom_allreduce, host_bound,
+    gloo_host (each has its own defaults; options you give override them).
     \b
     Examples:
       traceread simulate ddp -o /tmp/ddp --straggler 5 --straggler-delay-us 3000
@@ -117,6 +120,8 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
       traceread simulate host_bound -o /tmp/hb --loader-us 8000
       traceread simulate ddp -o /tmp/mem --ranks 4 --memory --leak-bytes 67108864 --activation-factor 2:1.5
       traceread simulate ddp -o /tmp/zero3 --ranks 4 --comm fsdp --memory   # ZeRO-3 memory
+      traceread simulate gloo_host -o /tmp/gloo --straggler 1 --straggler-cause host
+      traceread simulate ddp -o /tmp/noise --steps 8 --host-jitter-us 3000   # no straggler
       traceread report /tmp/ddp
     """
     from traceread.simulate import simulate as run

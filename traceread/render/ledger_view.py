@@ -65,17 +65,33 @@ def coverage_line(report: Report) -> str | None:
     if not cov or not cov.get("step_us"):
         return None
     e, s = float(cov["explained_us"]), float(cov["step_us"])
-    return f"Findings account for {ms(e)} of {ms(s)} per step ({100 * e / s:.0f}%)."
+    over = f" over {cov['steps']} steps" if cov.get("steps") else ""
+    return f"Findings account for {ms(e)} of {ms(s)} per step ({100 * e / s:.0f}%){over}."
+
+
+def title_line(report: Report) -> str:
+    """What the job bars are: the window (every recorded step) and its median step."""
+    w = (report.get("ledger") or {}).get("window")
+    if not w:
+        return "Step ledger — where the median step's time goes (docs/ledger.md)"
+    return (f"Window ledger — where the time of the {w['steps']} recorded steps goes ({ms(w['total_us'])}, "
+            f"mean step {ms(w['mean_step_us'])}, median step {ms(w['median_step_us'])}; docs/ledger.md)")
 
 
 def job_lines(report: Report) -> list[tuple[str, dict[str, float]]]:
-    """(caption, totals) of the job's bar, and a note on the late ranks the critical path followed."""
+    """(caption, totals) of the job's bars: the window per step on average, then its median step."""
     led = report.get("ledger")
     if not led:
         return []
     crit = led.get("critical_rank")
-    caption = f"job (step {led.get('step')}, critical rank {crit}, {ms(led.get('step_us'))})"
-    return [(caption, by_category(led.get("parts") or []))]
+    out = []
+    w = led.get("window")
+    if w and w.get("steps"):
+        per = {c: v / w["steps"] for c, v in by_category(w.get("parts") or []).items()}
+        out.append((f"window, per step ({ms(w['mean_step_us'])})", per))
+    caption = f"median step {led.get('step')} (critical rank {crit}, {ms(led.get('step_us'))})"
+    out.append((caption, by_category(led.get("parts") or [])))
+    return out
 
 
 def followed_note(report: Report) -> str | None:

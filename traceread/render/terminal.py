@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from traceread.build.queries import coll_time, median_step_us, per_step, step_us, total_steps
+from traceread.build.queries import coll_time, per_step, step_figure, step_us
 from traceread.fmt import elide_templates, ms, nbytes, pct, rank_list, short_name
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.nccl_summary import nccl_lines
@@ -63,8 +63,15 @@ def headline(report: Report) -> str:
     devices = src.get("devices") or sorted({r.get("device") for r in ranks if r.get("device")})
     cpu_only = bool(ranks) and all(_is_cpu(r) for r in ranks)
     dev = ", ".join(str(d) for d in devices[:2]) or ("CPU" if cpu_only else "unknown device")
+    mean, n, _median = step_figure(report)
     return (f"{len(ranks)} rank(s) of {src.get('world_size') or '?'} · {src.get('backend') or 'no backend'} · "
-            f"{dev} · {total_steps(report)} step(s) · median step {ms(median_step_us(report))}")
+            f"{dev} · {n} step(s) · mean step {ms(mean)}")
+
+
+def missing_line(report: Report) -> str | None:
+    """Which ranks are missing and what the answer cannot see (``source.missing_note``)."""
+    note = (report.get("source") or {}).get("missing_note")
+    return str(note) if note else None
 
 
 def answer(report: Report) -> tuple[str, str | None]:
@@ -85,7 +92,7 @@ def answer(report: Report) -> tuple[str, str | None]:
     elif not f.get("impact_us_per_step"):
         text = f"{title} [outside the median step]"
     else:
-        share = f" = {pct(f.get('impact_pct'))} of the step" if f.get("impact_pct") is not None else ""
+        share = f" = {pct(f.get('impact_pct'))} of the recorded steps" if f.get("impact_pct") is not None else ""
         where = ", ".join(x for x in (CATEGORY_WORDS.get(str(f.get("category")), f.get("category")),
                                       f.get("role") and f"{f.get('role')} group",
                                       f.get("rank") is not None and f"rank {f.get('rank')}") if x)
@@ -99,6 +106,9 @@ def answer(report: Report) -> tuple[str, str | None]:
 
 def answer_section(report: Report, v: View) -> None:
     v.line(Text("traceread report — " + headline(report), style="bold"))
+    miss = missing_line(report)
+    if miss:
+        v.line(Text.assemble(("MISSING: ", "bold red"), miss))
     text, sugg = answer(report)
     v.line(Text.assemble(("ANSWER: ", "bold red"), text))
     if sugg:
@@ -133,7 +143,7 @@ def ledger_section(report: Report, v: View) -> None:
     jobs = lv.job_lines(report)
     if not jobs:
         return
-    v.line(Text("Step ledger — where the median step's time goes (docs/ledger.md)", style="bold"))
+    v.line(Text(lv.title_line(report), style="bold"))
     _ledger_bars(v, jobs)
     v.line(Text("  " + lv.legend(jobs[0][1]), style="dim"))
     note = lv.followed_note(report)
@@ -163,7 +173,7 @@ def findings_section(report: Report, v: View) -> None:
         else:
             lost, share = ms(f["impact_us_per_step"]), pct(f.get("impact_pct"), 0)
         rows.append([str(i), lost, share, body])
-    cols = [Column("#", key=True), Column("lost/step"), Column("% step"), Column("finding / what to change", "left", text=True)]
+    cols = [Column("#", key=True), Column("lost/step"), Column("% time"), Column("finding / what to change", "left", text=True)]
     v.console.print(fitted_table("Findings — biggest time lost per step first", cols, rows, v.width, v.box))
     if len(found) > v.top:
         v.line(Text(f"… {len(found) - v.top} more finding(s) in the JSON/HTML report (--top to show more)", style="dim"))
@@ -258,7 +268,8 @@ def notes_section(report: Report, v: View) -> None:
             (f"rank {s['rank']} costs {ms(s['impact_us_per_step'])}/step, others waited {ms(s['blame_us_per_step'])}/step"
              if s.get("impact_us_per_step") is not None else f"rank {s['rank']} {ms(s['blame_us_per_step'])}/step")
             + f" ({s.get('cause')}, last {s.get('arrived_last')}×)"
-            + ("" if s.get("root", True) else " [secondary]") for s in st[: v.top]))
+            + ("" if s.get("root", True) else " [secondary]") + (" [within the run's noise]" if s.get("noise") else "")
+            for s in st[: v.top]))
     p = report.get("pipeline")
     if p:
         lines.append(f"Pipeline: {p.get('stages')} stages × {p.get('microbatches')} micro-batches ({p.get('schedule')}), "

@@ -17,7 +17,7 @@ from typing import Any
 from traceread.simulate.scenarios import SCENARIOS, Knobs
 from traceread.simulate.scenarios_layout import build_scenario as build
 
-__all__ = ["SCENARIOS", "Knobs", "simulate", "knobs_from"]
+__all__ = ["SCENARIOS", "Knobs", "simulate", "knobs_from", "missing_truth"]
 
 
 def knobs_from(**knobs: Any) -> Knobs:
@@ -61,3 +61,17 @@ def simulate(scenario: str, out_dir: Path | str, **knobs: Any) -> dict[str, Any]
     truth = build_truth(built, T0_NS, offsets, baseline=baseline)
     (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return truth
+
+
+def missing_truth(scenario: str, missing: list[int], **knobs: Any) -> dict[str, Any]:
+    """The window ledger of ``scenario`` as the other ranks' traces show it when the traces of the
+    ``missing`` ranks are gone (:func:`traceread.simulate.ledger_truth.missing_window_truth`): the same
+    simulation as :func:`simulate` with these knobs, nothing written."""
+    from traceread.simulate.ledger_truth import missing_window_truth
+    from traceread.simulate.scenarios import SCENARIO_DEFAULTS
+    from traceread.simulate.truth import step_windows
+
+    k = knobs_from(**{**SCENARIO_DEFAULTS.get(scenario, {}), **knobs})
+    built = build(scenario, k)
+    windows = {c.rank: step_windows(c) for c in built.sim.ranks}
+    return missing_window_truth(built, windows, frozenset(missing))

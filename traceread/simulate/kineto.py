@@ -119,7 +119,8 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
         "schemaVersion": 1,
         "deviceProperties": [dev.properties(d) for d in range(gpus_per_host)],
         "distributedInfo": {
-            "backend": "nccl", "rank": ctx.rank, "world_size": world, "pg_count": len(pgs),
+            "backend": "gloo" if pgs and all("gloo" in pg.backend for pg in pgs) else "nccl",
+            "rank": ctx.rank, "world_size": world, "pg_count": len(pgs),
             "pg_config": [pg.config() for pg in pgs], "nccl_version": NCCL_VERSION,
         },
         "record_shapes": 1,

@@ -9,11 +9,12 @@ attention, out-proj, residual add, LN, MLP with GELU, residual add) on bf16 acti
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from traceread.simulate import memory as mem
-from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
+from traceread.simulate.comm import ProcessGroup, all_to_all, collective, gloo_allreduce, p2p
 from traceread.simulate.devices import get_device
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
 from traceread.simulate.memory import Allocator, Handle
@@ -49,6 +50,8 @@ SCENARIOS: dict[str, str] = {
     "serving": "An inference engine serving requests with tensor parallelism: engine iterations (vLLM-style "
                "'execute_…_context_…_generation_…' annotations, no ProfilerStep), one prefill then decodes, "
                "per-layer custom all-reduce under vllm::all_reduce with no process group recorded.",
+    "gloo_host": "DDP over gloo on CUDA tensors: after backward each gradient bucket is copied to the host and "
+                 "all-reduced there (gloo:all_reduce on a worker thread) while the GPU idles.",
 }
 
 #: Knob defaults of each scenario (the user's knobs win).
@@ -64,6 +67,7 @@ SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "cp": {"ranks": 8, "cp": 4, "layers": 2, "seq_len": 4096},
     "ep_renamed": {"ranks": 8, "layers": 2, "hot_factor": 1.0, "seq_len": 1024, "ep_kernels": "renamed"},
     "serving": {"ranks": 2, "tp": 2, "layers": 2, "steps": 6, "batch": 8, "seq_len": 512, "first_step": 0},
+    "gloo_host": {"ranks": 2, "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 512, "buckets": 2},
 }
 
 #: Scenarios that can record memory (``--memory``): the data-parallel program (DDP or FSDP).
@@ -122,6 +126,7 @@ class Knobs:
     sequence_parallel: bool = False  # tp: reduce-scatter/all-gather around TP regions instead of all-reduce
     cp: int = 4  # cp: ranks per context-parallel ring
     ep_kernels: str = "nccl"  # moe: nccl (all_to_all_single) | renamed (an in-house DeepEP fork's kernels)
+    host_jitter_us: float = 0.0  # every rank and step: a random host delay, uniform in [0, this) (noise, no straggler)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -202,6 +207,8 @@ class Knobs:
             raise ValueError(f"serving: --tp {self.tp} must equal --ranks {self.ranks} and divide the head count")
         if self.ep_kernels not in ("nccl", "renamed"):
             raise ValueError("--ep-kernels must be nccl or renamed")
+        if self.host_jitter_us < 0:
+            raise ValueError("--host-jitter-us must be >= 0")
 
 
 @dataclass
@@ -377,6 +384,8 @@ def _no_prefetch_waits(ctx: RankCtx, k: Knobs) -> list[GpuOp]:
 def _host_delays(k: Knobs, rank: int, step: int) -> tuple[int, int, int, int]:
     """(host straggler ns, data-loader stall ns, GC pause ns, checkpoint ns) for this rank and step."""
     host = sum(int(d * 1000) for r, d, c in k.stragglers if r == rank and c == "host")
+    if k.host_jitter_us:  # its own generator: the other draws (kernel jitter, host costs) stay the same
+        host += int(random.Random(f"{k.seed}:{rank}:{step}").uniform(0.0, k.host_jitter_us) * 1000)
     dl = int(k.loader_us * 1000)
     gc = ck = 0
     for s, cause, us in k.slow_steps:
@@ -521,6 +530,56 @@ def _with_memory(sim: Simulation, k: Knobs) -> None:
     for ctx in sim.ranks:
         ctx.mem = Allocator(ctx.device_id)
         ctx.mem.preallocate(training_state(k, k.ranks))
+
+
+def _gloo_ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
+    """DDP whose process group is gloo while the model is on the GPU: after backward, each bucket is
+    copied to the host (the host waits for the copy), all-reduced by gloo on the host, and copied back."""
+    em = Emitter(ctx)
+    m = k.batch * k.seq_len
+    params_layer = layer_params(k.hidden)
+    nb = max(1, min(k.buckets, k.layers))
+    per_bucket = params_layer * k.layers // nb
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            with ctx.op("DistributedDataParallel.forward", cat="user_annotation", pre=20_000):
+                for i, blk in enumerate(blocks):
+                    blk.forward([h2d] if i == 0 else [])
+                loss_seq = ctx.next_seq()
+                em.loss(m, k.hidden, seq=loss_seq)
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, k.hidden, seq=loss_seq)
+                for layer in reversed(range(k.layers)):
+                    blocks[layer].backward()
+            back: list[GpuOp] = []
+            for _ in range(nb):
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    ctx.memcpy("DtoH", 2 * per_bucket, COMPUTE_STREAM, phase="comm")
+                    yield ctx.sync("cudaStreamSynchronize")
+                yield gloo_allreduce(ctx, dp, per_bucket)
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    back.append(ctx.memcpy("HtoD", 2 * per_bucket, COMPUTE_STREAM, phase="comm"))
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
+                opt[0].waits.extend(back)
+            yield from _step_close(ctx, k)
+
+
+def build_gloo_host(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                      f"{min(k.buckets, k.layers)} gradient all-reduces per step on the host (gloo)",
+                      backend="cpu:gloo,cuda:gloo")
+    _apply_gpu_stragglers(sim, k, lambda s: [_gloo_ddp_program(c, k, dp) for c in s.ranks])
+    sim.run([_gloo_ddp_program(c, k, dp) for c in sim.ranks])
+    return Built(sim, [[dp] for _ in range(k.ranks)], k, "gloo_host", layer_params(k.hidden))
 
 
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
@@ -895,4 +954,6 @@ def build(scenario: str, k: Knobs) -> Built:
         return build_3d(k)
     if scenario == "moe":
         return build_moe(k)
+    if scenario == "gloo_host":
+        return build_gloo_host(k)
     return build_pp(k)

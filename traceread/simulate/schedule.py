@@ -10,7 +10,8 @@ programs and resolves GPU times with these rules:
 * it starts at ``max(ready, end of the previous op on its stream, end of every op it waits on)``;
 * a collective kernel's start is its rank's *arrival*; every member of one instance ends at
   ``max(arrivals) + transfer`` (nobody leaves a ring before the last rank has joined);
-* a p2p send and its matching recv form a two-member instance with the same rule.
+* a p2p send and its matching recv form a two-member instance with the same rule;
+* a host-side (gloo) collective blocks its host from its arrival until ``max(arrivals) + transfer``.
 
 Because times are exact integers, the truth computed from these ops is exact too.
 """
@@ -135,6 +136,22 @@ class SyncRequest:
     name: str
     ts: int
     event: HostEvent | None = None
+
+
+@dataclass(eq=False)
+class HostCollective:
+    """Yielded where the host runs a CPU-side collective (gloo) and waits for it: every member ends at
+    ``max(arrivals) + transfer``; ``span`` is the ``gloo:*`` annotation on the rank's gloo worker thread."""
+
+    key: tuple[Any, ...]
+    members: int
+    rank: int
+    pg_name: str
+    transfer_ns: int
+    arrival: int
+    span: HostEvent
+    step: int = -1
+    end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +408,21 @@ class RankCtx:
                               {"External id": ext, "cbid": cbid, "correlation": self._corr})
         self.events.append(req.event)
 
+    def host_collective(self, key: tuple[Any, ...], members: int, pg_name: str, name: str, transfer_ns: int,
+                        worker_tid: int) -> HostCollective:
+        """To be yielded: this rank's host joins a CPU-side collective now (its gloo worker thread
+        runs it from now until every member has joined, plus the transfer)."""
+        span = HostEvent("user_annotation", name, worker_tid, self.now, 0, {"External id": self._next_ext()})
+        self.events.append(span)
+        req = HostCollective(key, members, self.rank, pg_name, transfer_ns, self.now, span, self.step)
+        self.sim.host_instances.setdefault(key, []).append(req)
+        return req
+
+    def complete_host_collective(self, req: HostCollective) -> None:
+        assert req.end is not None
+        req.span.dur = req.end - req.arrival
+        self.now = max(self.now, req.end) + self.host_cost(4_000)
+
     def all_resolved(self) -> bool:
         return all(self.stream_pos[s] == len(q) for s, q in self.streams.items())
 
@@ -404,7 +436,7 @@ class RankCtx:
         return self._p2p_seq[pg_name]
 
 
-Program = Generator[SyncRequest, None, None]
+Program = Generator[SyncRequest | HostCollective, None, None]
 
 
 class Simulation:
@@ -418,6 +450,7 @@ class Simulation:
         self.jitter = jitter
         self.host_ns = host_ns
         self.instances: dict[tuple[Any, ...], list[GpuOp]] = {}
+        self.host_instances: dict[tuple[Any, ...], list[HostCollective]] = {}
         self.gpus_per_host = gpus_per_host
         self.ranks: list[RankCtx] = []
         for r in range(world):
@@ -431,7 +464,7 @@ class Simulation:
         return rank // self.gpus_per_host
 
     def run(self, programs: list[Program]) -> None:
-        waiting: dict[int, SyncRequest | None] = {r: None for r in range(self.world)}
+        waiting: dict[int, SyncRequest | HostCollective | None] = {r: None for r in range(self.world)}
         done: set[int] = set()
         while len(done) < self.world:
             progress = False
@@ -440,7 +473,16 @@ class Simulation:
                     continue
                 req = waiting[r]
                 ctx = self.ranks[r]
-                if req is not None:
+                if isinstance(req, HostCollective):
+                    inst = self.host_instances[req.key]
+                    if len(inst) < req.members:
+                        continue
+                    last = max(m.arrival for m in inst)
+                    for m in inst:
+                        m.end = last + req.transfer_ns
+                    ctx.complete_host_collective(req)
+                    waiting[r] = None
+                elif req is not None:
                     if not ctx.all_resolved():
                         continue
                     ctx.complete_sync(req)
