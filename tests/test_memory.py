@@ -114,7 +114,7 @@ def test_leak_and_imbalance_scenario(sims: dict, reports: dict) -> None:
     assert found["memory_leak"]["rank"] == 0 and found["memory_leak"]["memory_bytes"] == 24 * MIB
     imb = found["memory_imbalance"]
     assert imb["rank"] == 1 and imb["memory_bytes"] == truth["imbalance_bytes"]
-    assert all(f["impact_us_per_step"] == 0.0 and f["impact_pct"] is None for f in found.values())
+    assert all(f["impact_us_per_step"] == 0.0 and f["impact_pct"] == 0.0 and f["impact_us_total"] == 0.0 for f in found.values())
     time_findings = [f for f in reports["ddp"]["findings"] if f.get("category") != "memory"]
     assert reports["ddp"]["findings"][: len(time_findings)] == time_findings  # memory findings come after
 

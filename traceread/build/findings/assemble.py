@@ -97,7 +97,12 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
     from traceread.build.findings.memory import memory_findings
 
-    return keep + memory_findings(report)  # no step time: after the time findings
+    # Memory findings cost no step time and come after the time findings, except an out-of-memory
+    # error: the job died of it, so it comes first after a hang, like a hang.
+    memory = memory_findings(report)
+    oom = [f for f in memory if f["id"] == "memory_oom"]
+    hung = [f for f in keep if f["id"] == "hang"]
+    return hung + oom + [f for f in keep if f["id"] != "hang"] + [f for f in memory if f["id"] != "memory_oom"]
 
 
 def coverage(findings: list[Finding], report: Report) -> dict[str, Any] | None:
