@@ -106,7 +106,10 @@ def test_bootstrap_chains_existing_sitecustomize_and_acts_only_in_ranks(tmp_path
     assert out.stdout.split()[0] == "yes" and out.stdout.split()[2].isdigit()
     info = read_json(run / "ranks" / "rank3.json")
     assert info and info["rank"] == 3 and info["local_rank"] == 1 and info["world_size"] == 4
-    assert info["signals"] == {"stacks": "SIGUSR1", "dump": "SIGUSR2"}
+    # the job's signals are left alone: the C-level fallback takes a free real-time signal, and a dump
+    # is asked for through a FIFO
+    assert info["signals"] == {"stacks": "SIGRTMAX"} and info["stack_signal"] == signal.SIGRTMAX
+    assert info["dump_trigger"] == str(run / "inject" / "rank3.dump")
     assert read_progress(run / "progress" / "rank3")[0] == 0
     assert any(c["label"] == "exit" for c in info["clock"])
 
@@ -132,7 +135,7 @@ def test_bootstrap_install_failure_is_logged_and_harmless(tmp_path: Path) -> Non
     assert "FAILED install" in log and "TRACEREAD_INJECT_FAIL" in log
 
 
-def test_bootstrap_sigusr2_dump_while_main_thread_blocked(tmp_path: Path) -> None:
+def test_bootstrap_dump_while_main_thread_blocked(tmp_path: Path) -> None:
     """The dump thread answers while the main thread sits in a blocking call (no torch needed)."""
     run = tmp_path / "run"
     env, _ = collect_env(run, {}, {}, 999999)
@@ -144,7 +147,7 @@ def test_bootstrap_sigusr2_dump_while_main_thread_blocked(tmp_path: Path) -> Non
     try:
         dog = Watchdog(run, grace_s=10)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not dog.local_ranks().get(0, {}).get("signals", {}).get("dump"):
+        while time.monotonic() < deadline and not dog.local_ranks().get(0, {}).get("dump_trigger"):
             time.sleep(0.05)  # the rank file is rewritten once its handlers are in place
         dump = dog.dump_all("test")
         assert dump["answered_ranks"] == [0]
@@ -382,7 +385,7 @@ def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not (run / "inject" / "rank0.ack").exists():
             time.sleep(0.05)
-        assert read_json(run / "inject" / "rank0.ack")["reason"] == "signal"
+        assert read_json(run / "inject" / "rank0.ack")["reason"] == "request"
         assert 'job.py", line 5 in busy_waiting' in (run / "stacks" / "rank0.txt").read_text()
         assert proc.poll() is None  # dump only: the job keeps running
         proc.send_signal(signal.SIGTERM)

@@ -15,10 +15,14 @@ What it installs, in a selected rank:
   finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz`` (one cycle) or
   ``RUN/traces/cycle{C}/rank{R}.pt.trace.json.gz`` (``repeat`` > 1 or ``every``; at most
   ``max_cycles`` kept: the first and the latest, see docs/cycles.md).
-* ``faulthandler`` on fatal signals and on SIGUSR1 -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
-* a ``sigwait`` thread on SIGUSR2 (blocked in every other thread) that dumps all-thread stacks and the
-  Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then writes
-  ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+* ``faulthandler`` on fatal signals and on one real-time signal nobody in the process had claimed
+  (the highest free one, e.g. SIGRTMAX) -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
+* a dump thread blocked reading a FIFO, ``RUN/inject/rank{R}.dump`` (or one in the temp folder when
+  the run folder's file system cannot hold FIFOs): one byte from the launcher makes it dump all-thread
+  stacks and the Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then
+  write ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+  No signal mask and no signal of the job's is touched: SIGUSR1/SIGUSR2 stay the job's (SLURM's
+  ``--signal=USR2@60``, checkpoint-on-preemption handlers).
 * a ``sys.excepthook`` that writes the torchelastic error file format to ``RUN/errors/rank{R}.json``
   and to torchrun's ``TORCHELASTIC_ERROR_FILE`` (the zero-code equivalent of ``@record``).
 """
@@ -39,8 +43,8 @@ import time
 import traceback
 from typing import Any
 
-STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
-DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
+#: Real-time signals the C-level stack fallback may take, highest first; glibc keeps the lowest few.
+_STACK_SIGNAL_CHOICES = tuple(range(signal.SIGRTMAX, signal.SIGRTMIN + 3, -1))
 _AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 
 
@@ -69,6 +73,7 @@ class _State:
         self.hook_handle: Any = None
         self.clock_thread: threading.Thread | None = None
         self.hook_s = 0.0  # total time spent in our step hook (reported, to prove it is cheap)
+        self.dump_trigger: str | None = None  # the FIFO the launcher writes a byte into to ask for a dump
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
@@ -99,9 +104,22 @@ def _log_exc(state: _State | None, what: str) -> None:
 def _atomic_write_json(path: str, obj: Any) -> None:
     text = json.dumps(obj, indent=1, default=str)  # serialise first: a failure leaves no partial file
     tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    _write_then_rename(tmp, path, text.encode("utf-8"))
+
+
+def _write_then_rename(tmp: str, path: str, data: bytes) -> None:
+    """``data`` to ``tmp``, renamed over ``path``; on any failure (a full disk) ``tmp`` is removed,
+    so no empty or partial temp file is left in the run folder."""
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _clock_sample(label: str) -> dict[str, Any]:
@@ -280,17 +298,61 @@ def _write_progress(state: _State) -> None:
 def _install_faulthandler(state: _State) -> None:
     state.stacks_file = open(state.path("stacks", f"rank{state.rank}.txt"), "a", encoding="utf-8")
     faulthandler.enable(file=state.stacks_file, all_threads=True)
-    faulthandler.register(STACK_SIGNAL, file=state.stacks_file, all_threads=True, chain=False)
-    state.info["signals"]["stacks"] = STACK_SIGNAL.name
+    signum = _free_signal()
+    if signum is None:
+        _log(state, "no free real-time signal: no C-level stack fallback in this rank")
+        return
+    faulthandler.register(signum, file=state.stacks_file, all_threads=True, chain=False)
+    state.info["signals"]["stacks"] = _signal_name(signum)
+    state.info["stack_signal"] = signum
+
+
+def _free_signal() -> int | None:
+    """A real-time signal with its default action, i.e. that nothing in this process claimed."""
+    for signum in _STACK_SIGNAL_CHOICES:
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                return signum
+        except (ValueError, OSError):
+            continue
+    return None
+
+
+def _signal_name(signum: int) -> str:
+    return "SIGRTMAX" if signum == signal.SIGRTMAX else f"SIGRTMAX-{signal.SIGRTMAX - signum}"
 
 
 def _install_dump_thread(state: _State) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("not on the main thread; cannot block the dump signal")
-    signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
-    thread = threading.Thread(target=_dump_loop, args=(state,), name="traceread-dump", daemon=True)
+    """A thread blocked in ``read`` on a FIFO: the launcher's byte wakes it; no signal involved."""
+    path, fd = _open_trigger(state)
+    thread = threading.Thread(target=_dump_loop, args=(state, fd), name="traceread-dump", daemon=True)
     thread.start()
-    state.info["signals"]["dump"] = DUMP_SIGNAL.name
+    state.dump_trigger = path
+    state.info["dump_trigger"] = path
+
+
+def _open_trigger(state: _State) -> tuple[str, int]:
+    """Create and open (read-write, so it never reads end-of-file) this rank's dump FIFO.
+
+    In ``RUN/inject``; in the temp folder when that file system holds no FIFOs (some FUSE mounts)."""
+    import tempfile
+
+    candidates = [state.path("inject", f"rank{state.rank}.dump"),
+                  os.path.join(tempfile.gettempdir(), f"traceread-dump-{os.getpid()}.fifo")]
+    last: BaseException | None = None
+    for path in candidates:
+        try:
+            try:
+                os.unlink(path)  # a FIFO left by an earlier process with this rank (a restart)
+            except FileNotFoundError:
+                pass
+            os.mkfifo(path, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            return path, fd
+        except OSError as exc:
+            last = exc
+            _log(state, f"dump FIFO {path}: {exc!r}")
+    raise RuntimeError(f"no dump FIFO could be made: {last!r}")
 
 
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
@@ -305,19 +367,22 @@ def _quiet_thread() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _FAULTS)
 
 
-def _dump_loop(state: _State) -> None:
+def _dump_loop(state: _State, fd: int) -> None:
     try:
         _quiet_thread()
     except BaseException:
         _log_exc(state, "dump thread signal mask")
     while True:
         try:
-            signal.sigwait({DUMP_SIGNAL})
+            if not os.read(fd, 64):
+                return
+        except InterruptedError:
+            continue
         except BaseException:
-            _log_exc(state, "sigwait")
+            _log_exc(state, "dump trigger read")
             return
         try:
-            dump_now(state, reason="signal")
+            dump_now(state, reason="request")
         except BaseException:
             _log_exc(state, "dump")
 
@@ -407,10 +472,7 @@ def _dump_flight_recorder(state: _State) -> list[str]:
     for i, (recorder, payload, ext) in enumerate(chosen):
         name = f"rank{state.rank}.{ext}" if i == 0 else f"rank{state.rank}.{recorder}.{ext}"
         path = state.path("fr", name)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, path)
+        _write_then_rename(f"{path}.tmp{os.getpid()}", path, payload)
         written.append(os.path.relpath(path, state.run_dir))
     return written
 
@@ -818,5 +880,10 @@ def _at_exit(state: _State) -> None:
             state.clock_thread.join(2.0)  # a short job may end before the offset exchange finished
         _write_rank_json(state)
         _log(state, f"exit after {state.step} optimizer steps; hook overhead {state.hook_s * 1e3:.2f} ms")
+    except BaseException:
+        pass
+    try:
+        if state.dump_trigger and state.info.get("pid") == os.getpid():  # not in a forked child
+            os.unlink(state.dump_trigger)
     except BaseException:
         pass
