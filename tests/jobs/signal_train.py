@@ -22,7 +22,7 @@ FIRED: list[int] = []
 
 
 def status_field(text: str, name: str) -> int:
-    line = next(l for l in text.splitlines() if l.startswith(name + ":"))
+    line = next(x for x in text.splitlines() if x.startswith(name + ":"))
     return int(line.split()[1], 16)
 
 

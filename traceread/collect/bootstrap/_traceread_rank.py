@@ -858,11 +858,7 @@ def _export(state: _State, prof: Any) -> None:
         state.info["inject_errors"].append(f"export: {exc!r}")
         _log_exc(state, "trace export")
     finally:
-        for tmp in (tmp_json, tmp_gz):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        _remove_temps(state.path("traces"), f".rank{state.rank}.{os.getpid()}.export")
         state.cycle_log.append(entry)
         try:
             _drop_old_cycles(state)
@@ -870,6 +866,20 @@ def _export(state: _State, prof: Any) -> None:
             _log_exc(state, "drop old cycles")
         state.info["cycles"] = state.cycle_log
         _write_rank_json(state)
+
+
+def _remove_temps(folder: str, prefix: str) -> None:
+    """Our temporary files and the profiler's own (Kineto writes ``<path>.tmp`` first): a failed
+    export (a full disk) leaves none of them in the run folder."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _at_exit(state: _State) -> None:
