@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def test_bootstrap_chains_existing_sitecustomize_and_acts_only_in_ranks(tmp_path
     # the job's signals are left alone: the C-level fallback takes a free real-time signal, and a dump
     # is asked for through a FIFO
     assert info["signals"] == {"stacks": "SIGRTMAX"} and info["stack_signal"] == signal.SIGRTMAX
-    assert info["dump_trigger"] == str(run / "inject" / "rank3.dump")
+    assert Path(info["dump_trigger"]).name == "rank3.fifo" and not os.path.exists(info["dump_trigger"])
     assert read_progress(run / "progress" / "rank3")[0] == 0
     assert any(c["label"] == "exit" for c in info["clock"])
 
@@ -157,6 +158,34 @@ def test_bootstrap_dump_while_main_thread_blocked(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+        trigger = (read_json(run / "ranks" / "rank0.json") or {}).get("dump_trigger")
+        if trigger and Path(trigger).parent.name.startswith("traceread-dump-"):
+            shutil.rmtree(Path(trigger).parent)  # SIGKILL: no atexit (the launcher removes it in a real run)
+
+
+def test_gil_held_rank_gets_c_level_stacks_on_a_free_realtime_signal(tmp_path: Path) -> None:
+    """A rank stuck in C code holding the GIL cannot run the dump thread: the fallback is faulthandler
+    on the real-time signal the rank registered (never SIGUSR1/SIGUSR2, which belong to the job)."""
+    run = tmp_path / "run"
+    env, _ = collect_env(run, {}, {}, 999999)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
+    child_env.update({k: env[k] for k in ("PYTHONPATH", "TRACEREAD_RUN_DIR", "TRACEREAD_CONFIG")} | {"RANK": "0"})
+    script = tmp_path / "gil.py"
+    script.write_text("def holding_the_gil():\n    print('ready', flush=True)\n    sum(range(10**13))\n\n"
+                      "holding_the_gil()\n")
+    proc = subprocess.Popen([PY, str(script)], env=child_env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        dump = Watchdog(run, grace_s=1.0).dump_all("test")
+        assert dump["asked_ranks"] == [0] and dump["answered_ranks"] == [] and dump["stack_fallback_ranks"] == [0]
+        assert 'gil.py", line 3 in holding_the_gil' in (run / "stacks" / "rank0.txt").read_text()
+        assert proc.poll() is None  # the signal dumped stacks; it did not end the job
+    finally:
+        proc.kill()
+        proc.wait()
+        trigger = (read_json(run / "ranks" / "rank0.json") or {}).get("dump_trigger")
+        if trigger and Path(trigger).parent.name.startswith("traceread-dump-"):
+            shutil.rmtree(Path(trigger).parent)
 
 
 # ------------------------------------------------------------------------------------------- watchdog

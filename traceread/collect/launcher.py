@@ -417,10 +417,13 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
     """Merge rank files into run.json; drop empty placeholder files (stacks opened for faulthandler)."""
     end_ns = time.time_ns()
     fifos = [*(host_dir / "fr").glob("pipe_rank*.pipe"), *(host_dir / "inject").glob("rank*.dump")]
-    for path in fifos:  # NCCL's and the dump threads' FIFOs are useless after the job
+    fifos += [Path(i["dump_trigger"]) for i in read_ranks(host_dir).values() if isinstance(i.get("dump_trigger"), str)]
+    for path in fifos:  # NCCL's and the dump threads' FIFOs are useless after the job (a killed rank left its own)
         try:
             if stat.S_ISFIFO(path.lstat().st_mode):
                 path.unlink()
+            if path.parent.name.startswith("traceread-dump-"):
+                path.parent.rmdir()
         except OSError:
             pass
     for path in (host_dir / "stacks").glob("rank*.txt"):

@@ -17,8 +17,8 @@ What it installs, in a selected rank:
   ``max_cycles`` kept: the first and the latest, see docs/cycles.md).
 * ``faulthandler`` on fatal signals and on one real-time signal nobody in the process had claimed
   (the highest free one, e.g. SIGRTMAX) -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
-* a dump thread blocked reading a FIFO, ``RUN/inject/rank{R}.dump`` (or one in the temp folder when
-  the run folder's file system cannot hold FIFOs): one byte from the launcher makes it dump all-thread
+* a dump thread blocked reading a FIFO (``$TMPDIR/traceread-dump-*/rank{R}.fifo``, else
+  ``RUN/inject/rank{R}.dump``; its path is ``dump_trigger`` in the rank file): one byte from the launcher makes it dump all-thread
   stacks and the Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then
   write ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
   No signal mask and no signal of the job's is touched: SIGUSR1/SIGUSR2 stay the job's (SLURM's
@@ -37,6 +37,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -334,24 +335,27 @@ def _install_dump_thread(state: _State) -> None:
 def _open_trigger(state: _State) -> tuple[str, int]:
     """Create and open (read-write, so it never reads end-of-file) this rank's dump FIFO.
 
-    In ``RUN/inject``; in the temp folder when that file system holds no FIFOs (some FUSE mounts)."""
+    In a private folder of the local temp folder (``traceread-dump-*``, mode 0700): a FIFO in the run
+    folder would trip tools that copy or archive it (``chattr -R``, ``rsync``) and some shared file
+    systems refuse FIFOs; ``RUN/inject`` only when no temp folder is usable."""
     import tempfile
 
-    candidates = [state.path("inject", f"rank{state.rank}.dump"),
-                  os.path.join(tempfile.gettempdir(), f"traceread-dump-{os.getpid()}.fifo")]
     last: BaseException | None = None
-    for path in candidates:
+    for where in ("temp", "run"):
         try:
-            try:
-                os.unlink(path)  # a FIFO left by an earlier process with this rank (a restart)
-            except FileNotFoundError:
-                pass
+            if where == "temp":
+                path = os.path.join(tempfile.mkdtemp(prefix="traceread-dump-"), f"rank{state.rank}.fifo")
+            else:
+                path = state.path("inject", f"rank{state.rank}.dump")
+                try:
+                    os.unlink(path)  # left by an earlier process with this rank (a restart)
+                except FileNotFoundError:
+                    pass
             os.mkfifo(path, 0o600)
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            return path, fd
+            return path, os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             last = exc
-            _log(state, f"dump FIFO {path}: {exc!r}")
+            _log(state, f"dump FIFO in the {where} folder: {exc!r}")
     raise RuntimeError(f"no dump FIFO could be made: {last!r}")
 
 
@@ -892,8 +896,17 @@ def _at_exit(state: _State) -> None:
         _log(state, f"exit after {state.step} optimizer steps; hook overhead {state.hook_s * 1e3:.2f} ms")
     except BaseException:
         pass
+    if state.dump_trigger and state.info.get("pid") == os.getpid():  # not in a forked child
+        remove_trigger(state.dump_trigger)
+
+
+def remove_trigger(path: str) -> None:
+    """Remove a dump FIFO and its private temp folder (the launcher calls it for ranks that died)."""
     try:
-        if state.dump_trigger and state.info.get("pid") == os.getpid():  # not in a forked child
-            os.unlink(state.dump_trigger)
+        if stat.S_ISFIFO(os.lstat(path).st_mode):
+            os.unlink(path)
+        folder = os.path.dirname(path)
+        if os.path.basename(folder).startswith("traceread-dump-"):
+            os.rmdir(folder)
     except BaseException:
         pass
