@@ -15,7 +15,6 @@ is an error (:class:`NothingUsableError`, exit code 3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,12 +74,13 @@ def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]
 
 
 def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    from traceread.read.sidefile import read_side_object
+
     try:
-        doc = json.loads(path.read_text())
+        return read_side_object(path)
     except (OSError, ValueError) as exc:
         warnings.append(f"{path}: cannot read ({str(exc).splitlines()[0]})")
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:

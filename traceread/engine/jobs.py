@@ -6,7 +6,6 @@ Both go through the parse cache; ``read_traces`` parses the files on the local w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
 from traceread.read.discover import Found, find
 from traceread.read.ranks import assign_ranks, rank_from_name
+from traceread.read.sidefile import read_side_object
 
 
 def read_rank(
@@ -90,14 +90,10 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
 
 def _load_run_info(path: Path, warnings: list[str]) -> dict | None:
     try:
-        info = json.loads(path.read_text())
+        return read_side_object(path)
     except (OSError, ValueError) as exc:
         warnings.append(f"{path}: cannot read run.json ({str(exc).splitlines()[0]})")
         return None
-    if not isinstance(info, dict):
-        warnings.append(f"{path}: run.json is not a JSON object")
-        return None
-    return info
 
 
 def read_tables(files: Sequence[Path], *, use_cache: bool, cache_dir: Path | None, workers: int | None,
