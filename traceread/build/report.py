@@ -93,6 +93,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.read.discover import find
 
     opts = options or ReportOptions()
+    caches.take_notes()  # notes of an earlier report in this process are not this one's
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
     run_dir = _run_dir(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
@@ -106,7 +107,15 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
         caches.store_document(root, key, report)  # type: ignore[arg-type]
-    return report
+    return _with_cache_notes(report, caches.take_notes())
+
+
+def _with_cache_notes(report: Report, notes: list[str]) -> Report:
+    """Damaged cache entries met on the way, said in this report's warnings only (never stored in the
+    document cache: the next report, which finds a sound cache, has nothing to say about it)."""
+    if not notes:
+        return report
+    return {**report, "warnings": [*(report.get("warnings") or []), *notes]}  # type: ignore[typeddict-item]
 
 
 def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
