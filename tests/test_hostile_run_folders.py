@@ -7,17 +7,17 @@ Also: the HTML page of a trace whose kernels have no name.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from traceread.cli import cli
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "cpu_hang_gloo"
 
@@ -60,10 +60,30 @@ def run(tmp_path: Path) -> Path:
 
 
 def _invoke(args: list[str], tmp_path: Path) -> tuple[int, str]:
-    res = CliRunner().invoke(cli, args, env={"TRACEREAD_CACHE_DIR": str(tmp_path / "cache")})
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    return res.exit_code, res.output
+    """``traceread ARGS`` through the console entry point (its one-line error handling included), in
+    this process; stdout + stderr. An exception escaping it fails the test with its traceback."""
+    from traceread.cli import main
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    saved = sys.argv, os.environ.get("TRACEREAD_CACHE_DIR")
+    sys.argv = ["traceread", *args]
+    os.environ["TRACEREAD_CACHE_DIR"] = str(tmp_path / "cache")
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TRACEREAD_CACHE_DIR", None)
+        else:
+            os.environ["TRACEREAD_CACHE_DIR"] = saved[1]
+    text = "".join(s.buffer.getvalue().decode("utf-8", "replace") for s in (out, err) if not s.flush())  # type: ignore[attr-defined]
+    assert "Traceback" not in text
+    return code, text
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
@@ -71,7 +91,7 @@ def test_damaged_run_folder_is_one_line_not_a_traceback(run: Path, tmp_path: Pat
     MUTATIONS[mutation](run)
     code, out = _invoke(["hang", str(run)], tmp_path)
     assert code == 0 and out.startswith("Rank 1 never joined all_reduce")  # the FR evidence still answers
-    code, out = _invoke(["report", str(run), "--format", "json"], tmp_path)
+    code, out = _invoke(["report", str(run), "-j", "1", "--format", "json"], tmp_path)
     assert code == 0
     doc = json.loads(out[out.index("{"):])
     assert doc["hang"]["missing_ranks"] == [1] and len(doc["ranks"]) == 2
@@ -84,7 +104,7 @@ def test_damaged_fields_are_named(run: Path, tmp_path: Path) -> None:
     assert "run.json: world_size 1000000000000 is not a possible number of ranks; ignored" in out
     assert "hang.json: last_step_per_rank is not a map of rank to step; nothing used" in out
     (run / "run.json").write_text("[" * 100_000 + "]" * 100_000)
-    _, out = _invoke(["report", str(run), "--format", "text"], tmp_path)
+    _, out = _invoke(["report", str(run), "-j", "1", "--format", "text"], tmp_path)
     assert "run.json: cannot read (JSON nested too deeply)" in out
 
 
@@ -96,6 +116,42 @@ def test_html_with_kernels_without_a_name(tmp_path: Path) -> None:
             e["name"] = None
     trace = tmp_path / "rank0.pt.trace.json"
     trace.write_text(json.dumps(doc))
-    code, out = _invoke(["report", str(trace), "--format", "html", "-o", str(tmp_path / "r.html")], tmp_path)
+    code, out = _invoke(["report", str(trace), "-j", "1", "--format", "html", "-o", str(tmp_path / "r.html")], tmp_path)
     assert code == 0, out
     assert "(kernel without a name)" in (tmp_path / "r.html").read_text()
+
+
+def test_export_into_the_run_folder_is_not_a_rank(tmp_path: Path) -> None:
+    run = tmp_path / "ddp"
+    shutil.copytree(SAMPLE.parent / "cpu_ddp_gloo", run)
+    out = run / "timeline.json.gz"
+    sizes = []
+    for _ in range(2):
+        code, text = _invoke(["export", str(run), "-j", "1", "-o", str(out)], tmp_path)
+        assert code == 0 and ", 2 rank(s)," in text, text
+        sizes.append(out.stat().st_size)
+    assert sizes[1] == sizes[0]  # the second export did not swallow the first
+    code, text = _invoke(["report", str(run), "-j", "1", "--format", "json"], tmp_path)
+    doc = json.loads(text[text.index("{"):])
+    assert code == 0 and [e["rank"] for e in doc["ranks"]] == [0, 1] and doc["source"]["world_size"] == 2
+    assert any("timeline.json.gz: not a Kineto trace: a timeline written by traceread export" in w
+               for w in doc["warnings"])
+
+
+def test_rank_outside_the_world_size_is_refused(tmp_path: Path) -> None:
+    """docs/reader.md: files that cannot be one job are refused, a rank outside the world size included."""
+    run = tmp_path / "ddp"
+    shutil.copytree(SAMPLE.parent / "cpu_ddp_gloo", run)
+    doc = json.loads(gzip.decompress((run / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
+    doc.pop("distributedInfo")
+    (run / "traces" / "extra.pt.trace.json").write_text(json.dumps(doc))  # no rank in its name or its content
+    code, text = _invoke(["report", str(run), "-j", "1", "--format", "json"], tmp_path)
+    assert code == 2
+    assert "extra.pt.trace.json: rank 2 (given by file order" in text and "is outside world size 2" in text
+
+
+def test_export_line_shows_a_hostile_path_inert(tmp_path: Path) -> None:
+    out = tmp_path / "t\x1b[2J\x1b]0;pwned\x07.json.gz"
+    code, text = _invoke(["export", str(SAMPLE.parent / "cpu_ddp_gloo"), "-j", "1", "-o", str(out)], tmp_path)
+    assert code == 0 and out.is_file()
+    assert "\x1b" not in text and "\x07" not in text and "wrote " in text and "\\x1b[2J" in text

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.textsafe import clean
 
 
 @contextmanager
@@ -71,12 +72,13 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
         doc = build_report(list(paths), ReportOptions(use_cache=not no_cache, workers=workers,
                                                       progress=sys.stderr.isatty()))
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
+        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
         return
     known = {int(e["rank"]) for e in doc.get("ranks") or []}
     if not known:
-        click.echo(f"traceread: error: no readable trace under {', '.join(paths)} (nothing to put on a timeline)", err=True)
+        click.echo(f"traceread: error: no readable trace under {clean(', '.join(paths))} (nothing to put on a timeline)",
+                   err=True)
         click.get_current_context().exit(EXIT_NO_TRACES)
         return
     if ranks is not None and not ranks & known:
@@ -92,6 +94,6 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
     except OSError as exc:
         raise click.ClickException(f"{output}: cannot write ({exc.strerror})") from exc
     for w in res.warnings:
-        click.echo(f"traceread: {w}", err=True)
-    click.echo(f"wrote {res.path}: {nbytes(res.bytes_written)}, {res.events} events, {len(res.ranks)} rank(s), "
+        click.echo(f"traceread: {clean(w)}", err=True)
+    click.echo(f"wrote {clean(str(res.path))}: {nbytes(res.bytes_written)}, {res.events} events, {len(res.ranks)} rank(s), "
                f"{res.findings_slices} findings marks — open it in https://ui.perfetto.dev")

@@ -6,6 +6,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -133,6 +134,7 @@ def _tabulate(
         flow_parts.append(flow_points(flow_evs, flow_cat))
         del gpu_evs, host_evs, flow_evs
     values, keys = top()
+    refuse_export(values, p)
     gpu = finish_gpu(gpu_parts)
     host = finish_host(host_parts)
     flows = pair_flows(flow_parts)
@@ -151,6 +153,17 @@ def _tabulate(
     )
     identify(rt, single=True)
     return rt
+
+
+def refuse_export(top: dict[str, Any], p: Path) -> None:
+    """A timeline written by ``traceread export`` (every rank merged, ``otherData.generator`` says so)
+    is not one rank's trace: counted as one, an export saved into the run folder became an extra rank
+    of the next report (and of the next export, which doubled in size)."""
+    other = top.get("otherData")
+    generator = other.get("generator") if isinstance(other, dict) else None
+    if isinstance(generator, str) and generator.startswith("traceread"):
+        raise TraceFileError("not a Kineto trace: a timeline written by traceread export (every rank merged), "
+                             "not one rank's trace", str(p))
 
 
 def steps_frame(host: pl.DataFrame) -> pl.DataFrame:
