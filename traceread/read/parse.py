@@ -12,7 +12,7 @@ import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
-from traceread.read.decode import Event, decode_all, decode_top
+from traceread.read.decode import Event, decode_all, decode_top, fix_lone_surrogates
 from traceread.read.events import (
     finish_gpu,
     finish_host,
@@ -94,7 +94,7 @@ def _parse(p: Path, max_rank_bytes: int | None) -> RankTrace:
 
 
 def _parse_whole(p: Path, data: bytearray) -> RankTrace:
-    top = decode_top(data, p)
+    top = decode_top(fix_lone_surrogates(data), p)
     keys = list(top)
     values = top_values(top)
     # One decoder call for the whole array (no per-event slices to cut first).
