@@ -141,7 +141,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     warnings: list[str] = []
     for m in found.missing:
-        warnings.append(f"{m}: no such file or folder")
+        warnings.append(f"{m}: {found.why(m)}")
     warnings.extend(found.notes)
     run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
     nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])

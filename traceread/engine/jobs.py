@@ -54,8 +54,8 @@ def read_traces(
     caches.take_notes()  # an earlier call's notes are not this one's
     ts = TraceSet(ranks=[], sources=[str(p) for p in paths])
     for m in found.missing:
-        ts.failures.append(ReadFailure(file=m, reason="no such file or folder"))
-        ts.warnings.append(f"{m}: no such file or folder")
+        ts.failures.append(ReadFailure(file=m, reason=found.why(m)))
+        ts.warnings.append(f"{m}: {found.why(m)}")
     if found.run_json:
         ts.run_info = _load_run_info(found.run_json[0], ts.warnings)
 
