@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-from test_collect_faults import FAULT_JOB, JOBS, collect_cmd, env, torchrun  # noqa: E402
+from test_collect_faults import FAULT_JOB, JOBS, collect_cmd, env, torchrun
 
 pytestmark = pytest.mark.slow
 SHORT_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2"]

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.commands.fail import fail
+from traceread.errors import EXIT_NO_TRACES, EXIT_OK, TraceReadError
 from traceread.textsafe import clean
 
 
-def _text(diag) -> str:  # type: ignore[no-untyped-def]
+def _text(diag) -> str:
     from traceread.textsafe import clean_data
 
     e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives
@@ -55,9 +56,7 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str) -> None:
     try:
         diag = diagnose(run_dir)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
-        ctx.exit(EXIT_BAD_INPUT)
-        return
+        fail(str(exc))
     if diag is None:
         click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump, stack dump, hang.json, watchdog timeout "
                    "or timeout error file)", err=True)

@@ -44,9 +44,12 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 #: Bump when the layout of a summary or document entry changes.
 FORMAT = "traceread.cache/3"
@@ -157,7 +160,7 @@ def _read_entry(path: Path, field: str, key: dict[str, Any], what: str, about: A
         return None
     try:
         doc = msgspec.msgpack.decode(raw)
-    except Exception:  # noqa: BLE001 - not msgpack any more
+    except Exception:  # not msgpack any more
         doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get(field), bytes) or not isinstance(doc.get("sha256"), str):
         _damaged(what, about, path)
@@ -185,7 +188,7 @@ def _write_atomic(dest: Path, data: bytes) -> bool:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -252,7 +255,7 @@ def load_tables(f: Any, root: Path) -> Any:
                 return None
             tables[name] = df
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
-    except Exception:  # noqa: BLE001 - a broken cache entry is a miss, never an error
+    except Exception:  # a broken cache entry is a miss, never an error
         return None
 
 
@@ -282,7 +285,7 @@ def in_parse_cache(f: Any, root: Path) -> bool:
     try:
         info = msgspec.json.decode((entry_dir(root, f) / "meta.json").read_bytes())
         return bool(info.get("key") == parse_key(f))
-    except Exception:  # noqa: BLE001 - any doubt: not cached
+    except Exception:  # any doubt: not cached
         return False
 
 
@@ -311,7 +314,7 @@ def store_tables(rt: Any, f: Any, root: Path, key: dict[str, Any] | None = None)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -349,7 +352,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
         return None
     try:
         return decode_summary(data, cls)
-    except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
+    except Exception:  # a well-formed but wrong entry is a miss too
         return None
 
 
@@ -463,20 +466,20 @@ def _document_file(root: Path, key: dict[str, Any]) -> Path:
     return root / DOCUMENT_FOLDER / f"{slot('document', key['paths'], key['options'])}.msgpack"
 
 
-def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+def load_document(root: Path, key: dict[str, Any]) -> Report | None:
     data = _read_entry(_document_file(root, key), "report", key, "report", ", ".join(key["paths"]))
     if data is None:
         return None
     try:
         report = msgspec.msgpack.decode(data)
-    except Exception:  # noqa: BLE001 - checked bytes that are not a document: a miss
+    except Exception:  # checked bytes that are not a document: a miss
         return None
-    return report if isinstance(report, dict) else None
+    return report if isinstance(report, dict) else None  # type: ignore[return-value]
 
 
-def store_document(root: Path, key: dict[str, Any], report: dict[str, Any]) -> bool:
+def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
         data = _entry_bytes(key, "report", _ENCODER.encode(report))
-    except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached
+    except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)

@@ -19,8 +19,8 @@ from traceread.engine.memory import Budget
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
 from traceread.read.discover import Found, find
+from traceread.read.jsonfile import load_json_object
 from traceread.read.ranks import assign_ranks, rank_from_name
-from traceread.read.sidefile import read_side_object
 
 
 def read_rank(
@@ -57,7 +57,7 @@ def read_traces(
         ts.failures.append(ReadFailure(file=m, reason=found.why(m)))
         ts.warnings.append(f"{m}: {found.why(m)}")
     if found.run_json:
-        ts.run_info = _load_run_info(found.run_json[0], ts.warnings)
+        ts.run_info = load_json_object(found.run_json[0], ts.warnings)
 
     results = read_tables(found.files, use_cache=use_cache, cache_dir=cache_dir, workers=workers,
                           progress_bar=progress)
@@ -87,15 +87,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
     rank = rank_from_name(str(path))
-    return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
-
-
-def _load_run_info(path: Path, warnings: list[str]) -> dict | None:
-    try:
-        return read_side_object(path)
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{path}: cannot read run.json ({str(exc).splitlines()[0]})")
-        return None
+    said = f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
+    return ReadFailure(file=str(path), reason=reason, rank=rank), said
 
 
 def read_tables(files: Sequence[Path], *, use_cache: bool, cache_dir: Path | None, workers: int | None,

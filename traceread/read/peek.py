@@ -19,8 +19,8 @@ import msgspec
 
 from traceread.errors import TraceFileError
 from traceread.read.discover import NOT_A_TRACE
+from traceread.read.jsonfile import read_json_value
 from traceread.read.ranks import rank_from_name
-from traceread.read.sidefile import read_side_json
 from traceread.read.warmup import NOT_STARTUP_CATS
 
 _CYCLE_RE = re.compile(r"(?<![a-z])cycle[-_]?(\d+)", re.IGNORECASE)
@@ -81,7 +81,7 @@ def _run_dir(path: Path) -> str | None:
 @functools.lru_cache(maxsize=256)
 def _per_host(run_json: Path) -> bool:
     try:
-        doc = read_side_json(run_json)
+        doc = read_json_value(run_json)
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and doc.get("layout") == "per-host"
@@ -168,7 +168,7 @@ def _peek_file(facts: FileFacts) -> None:
     except TraceFileError as exc:
         facts.unreadable = exc.message
         return
-    except Exception as exc:  # noqa: BLE001 - any decode problem: one line, the file is left out
+    except Exception as exc:  # any decode problem: one line, the file is left out
         facts.unreadable = f"cannot read trace: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return
     if "traceEvents" not in stream.top:

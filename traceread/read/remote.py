@@ -155,7 +155,7 @@ def find_remote(url: str, found: Any, options: dict[str, Any] | None = None) -> 
         found.missing.append(url)
         found.reasons[url] = str(exc)
         return
-    except Exception as exc:  # noqa: BLE001 - network/credential trouble: one line, not a traceback
+    except Exception as exc:  # network/credential trouble: one line, not a traceback
         found.missing.append(url)
         found.reasons[url] = f"cannot list: {network_problem(exc)}"
         return
@@ -219,6 +219,6 @@ def download(rf: RemoteFile, local: Path, options: dict[str, Any] | None = None,
                 dst.write(chunk)
     except TraceFileError:
         raise
-    except Exception as exc:  # noqa: BLE001 - network trouble fails this rank only
+    except Exception as exc:  # network trouble fails this rank only
         raise TraceFileError(f"cannot fetch: {network_problem(exc)}", rf.url) from None
     return total

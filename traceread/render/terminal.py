@@ -45,7 +45,8 @@ def answer(report: Report) -> tuple[str, str | None]:
                                   f.get("rank") is not None and f"rank {f.get('rank')}") if x) if f["id"] != "hang" else ""
 
     text = f"{f['title']} [{ms(f['impact_us_per_step'])}/step{share}{'; ' + where if where else ''}]"
-    sugg = (f.get("suggestions") or [None])[0]
+    suggestions = f.get("suggestions")
+    sugg = suggestions[0] if suggestions else None
     return text, sugg
 
 
@@ -127,8 +128,8 @@ def _other_lines(report: Report, top: int) -> list[str]:
             f"step {s['step']} +{ms(s.get('excess_us'))} ({s.get('cause')})" for s in ss[:top]))
     h = report.get("hang")
     if h:
-        lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: waiting {rank_list(h.get('waiting_ranks') or [])}, "
-                     f"missing {rank_list(h.get('missing_ranks') or [])}")
+        lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: "
+                     f"waiting {rank_list(h.get('waiting_ranks') or [])}, missing {rank_list(h.get('missing_ranks') or [])}")
         for r, loc in list((h.get("stacks") or {}).items())[:top]:
             lines.append(f"  rank {r}: {loc}")
     return lines
@@ -204,7 +205,7 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
         console.print(Text(line))
     from traceread.render.drift_view import render_terminal as render_drift
 
-    render_drift(report, console, ascii_only=ascii_only)  # type: ignore[arg-type]
+    render_drift(report, console, ascii_only=ascii_only)
     warnings = report.get("warnings") or []
     if warnings:
         console.print(Text(f"{len(warnings)} warning(s):", style="yellow"))

@@ -43,7 +43,7 @@ from traceread.analysis.hang.stack_dumps import (
     stuck_frame,
 )
 from traceread.errors import TraceReadError
-from traceread.read.sidefile import plausible_rank, plausible_world_size, read_side_object
+from traceread.read.jsonfile import load_json_object, plausible_rank, plausible_world_size
 from traceread.report_schema import HangEntry
 
 _OPTYPE = {
@@ -104,14 +104,6 @@ def _host_dirs(run: Path) -> list[Path]:
     return dirs
 
 
-def _read_json(path: Path, problems: list[str]) -> Any:
-    try:
-        return json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable JSON ({exc.__class__.__name__})")
-        return None
-
-
 def _rank_of(path: Path) -> int | None:
     m = re.search(r"(\d+)(?:\.\w+)*$", path.name)
     return int(m.group(1)) if m else None
@@ -135,20 +127,19 @@ def load_sources(run_dir: str | Path) -> HangSources:
             src.stacks.setdefault(r, st)
         if (d / "errors").is_dir():
             for f in sorted((d / "errors").glob("*.json")):
-                doc = _read_json(f, src.problems)
-                r = _rank_of(f)
-                if isinstance(doc, dict) and r is not None:
-                    src.errors[r] = doc
+                doc = load_json_object(f, src.problems)
+                rank = _rank_of(f)
+                if doc is not None and rank is not None:
+                    src.errors[rank] = doc
         if (d / "hang.json").is_file():
-            doc = _read_json(d / "hang.json", src.problems)
-            if isinstance(doc, dict):
+            doc = load_json_object(d / "hang.json", src.problems)
+            if doc is not None:
                 src.hang_records.append(_hang_record(doc, d / "hang.json", src.problems))
         logs += [p for p in find_nccl_logs(d) if p not in logs]
         if (d / "run.json").is_file() and src.world_size is None:
-            try:
-                src.world_size = _world_from_run(read_side_object(d / "run.json"), d / "run.json", src.problems)
-            except (OSError, ValueError) as exc:
-                src.problems.append(f"{d / 'run.json'}: unreadable ({str(exc).splitlines()[0]})")
+            doc = load_json_object(d / "run.json", src.problems)
+            if doc is not None:
+                src.world_size = _world_from_run(doc, d / "run.json", src.problems)
     if logs:
         src.nccl = parse_nccl_logs(logs)
         src.root_cause_rank = _torchrun_root_cause(logs)
@@ -354,9 +345,9 @@ def _from_fr(src: HangSources, world: int | None) -> HangEntry | None:
         if msgs:
             mismatches += msgs
             break
-    states = {r: st.entries[r][n].state for r in waiting if n in st.entries.get(r, {})}
-    if states and any(e.backend != "gloo" for e in (st.entries[r][n] for r in states)) and len(set(states.values())) > 1:
-        evidence.append(f"state of #{n}: " + ", ".join(f"rank {r} {v}" for r, v in sorted(states.items()))
+    state_of = {r: st.entries[r][n].state for r in waiting if n in st.entries.get(r, {})}
+    if state_of and any(e.backend != "gloo" for e in (st.entries[r][n] for r in state_of)) and len(set(state_of.values())) > 1:
+        evidence.append(f"state of #{n}: " + ", ".join(f"rank {r} {v}" for r, v in sorted(state_of.items()))
                         + " (scheduled = the GPU never started the kernel: that rank's stream is stuck earlier)")
     if not missing and not mismatches:
         evidence.append(f"every member enqueued #{n} with the same op/sizes/dtypes but it never completed: a rank is "
@@ -449,7 +440,7 @@ def _from_debug_messages(src: HangSources) -> HangEntry | None:
             mismatches.append(f"TORCH_DISTRIBUTED_DEBUG=DETAIL: {desc}")
     if not (missing or mismatches):
         return None
-    return HangEntry(pg="?", seq=None, op="barrier" if missing else "unknown",  # type: ignore[typeddict-item]
+    return HangEntry(pg="?", seq=None, op="barrier" if missing else "unknown",
                      missing_ranks=sorted(missing), waiting_ranks=sorted(waiting - missing), stacks={},
                      mismatches=mismatches, evidence=evidence)
 
@@ -479,7 +470,7 @@ def _from_stacks(src: HangSources, world: int | None) -> HangEntry | None:
             evidence.append(f"no stack dump from {_plural(no_stack, 'rank', 'ranks')}")
             if not missing:
                 missing = no_stack
-    return HangEntry(pg="?", seq=None, op=normalize_op(op), missing_ranks=missing, waiting_ranks=waiting,  # type: ignore[typeddict-item]
+    return HangEntry(pg="?", seq=None, op=normalize_op(op), missing_ranks=missing, waiting_ranks=waiting,
                      stacks={}, mismatches=[], evidence=evidence)
 
 
@@ -500,8 +491,8 @@ def diagnose(run_dir: str | Path) -> HangDiagnosis | None:
     src = load_sources(run_dir)
     world = _world(src)
     entry = _from_fr(src, world)
-    if entry is not None and src.nccl and src.nccl["timeouts"]:
-        entry["evidence"] += _from_watchdog(src, world)["evidence"][:1]  # type: ignore[index]
+    if entry is not None and src.nccl and src.nccl["timeouts"] and (watchdog := _from_watchdog(src, world)) is not None:
+        entry["evidence"] += watchdog["evidence"][:1]
     inferred = entry is None
     entry = entry or _from_watchdog(src, world) or _from_debug_messages(src) or _from_stacks(src, world)
     debug = _from_debug_messages(src)
@@ -520,7 +511,7 @@ def diagnose(run_dir: str | Path) -> HangDiagnosis | None:
         if src.fr:
             evidence.append("Flight Recorder: every collective enqueued was completed on every rank that dumped; "
                             "the stall is outside collectives")
-        entry = HangEntry(pg="?", seq=None, op="unknown", missing_ranks=[], waiting_ranks=[],  # type: ignore[typeddict-item]
+        entry = HangEntry(pg="?", seq=None, op="unknown", missing_ranks=[], waiting_ranks=[],
                           stacks={}, mismatches=[], evidence=evidence)
     calls = _add_stacks(entry, src)
     _add_errors(entry, src)
@@ -558,7 +549,8 @@ def _add_stacks(entry: HangEntry, src: HangSources) -> dict[int, str]:
             continue
         entry["stacks"][str(r)] = frame.short()
         text = source_line(frame)
-        call = _CALL.search(text).group(1) if text and _CALL.search(text) else None
+        called = _CALL.search(text) if text else None
+        call = called.group(1) if called else None
         if coll:
             call = f"in torch.distributed.{coll}"
         if call:
@@ -590,7 +582,7 @@ def _add_errors(entry: HangEntry, src: HangSources) -> None:
 def _error_time(err: dict[str, Any]) -> float | None:
     msg = err.get("message")
     if isinstance(msg, dict):
-        ts = (msg.get("extraInfo") or {}).get("timestamp")
+        ts: Any = (msg.get("extraInfo") or {}).get("timestamp")
         try:
             return float(ts)
         except (TypeError, ValueError):

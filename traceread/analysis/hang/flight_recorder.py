@@ -20,7 +20,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from traceread.errors import TraceFileError
 
@@ -90,6 +90,10 @@ class FRDump:
         return None
 
 
+@overload
+def _int(value: Any, default: int) -> int: ...
+@overload
+def _int(value: Any, default: None = None) -> int | None: ...
 def _int(value: Any, default: int | None = None) -> int | None:
     try:
         return int(value)
@@ -122,7 +126,7 @@ def _entry(raw: dict[str, Any]) -> FREntry:
         pg_name=pg_name,
         pg_desc=pg_desc,
         pg_id=_int(raw.get("pg_id")),
-        seq=_int(raw.get(seq_key), -1),  # type: ignore[arg-type]
+        seq=_int(raw.get(seq_key), -1),
         op_id=_int(raw.get("op_id")),
         profiling_name=prof,
         backend=backend,
@@ -189,9 +193,9 @@ def read_fr_dump(path: str | Path, rank: int | None = None) -> FRDump:
         if not isinstance(st, dict):
             continue
         status[id_to_name.get(str(pg_id), str(pg_id))] = PGStatus(
-            last_enqueued=_int(st.get("last_enqueued_collective"), -1),  # type: ignore[arg-type]
-            last_started=_int(st.get("last_started_collective"), -1),  # type: ignore[arg-type]
-            last_completed=_int(st.get("last_completed_collective"), -1),  # type: ignore[arg-type]
+            last_enqueued=_int(st.get("last_enqueued_collective"), -1),
+            last_started=_int(st.get("last_started_collective"), -1),
+            last_completed=_int(st.get("last_completed_collective"), -1),
         )
     cfg = raw.get("pg_config") or {}
     return FRDump(
@@ -287,10 +291,10 @@ def pg_members(dumps: dict[int, FRDump], world_size: int | None = None) -> dict[
         for name in names:
             seen.setdefault(name, set()).add(rank)
     world = list(range(world_size)) if world_size else sorted(dumps)
-    for name, ranks in seen.items():
+    for name, seen_by in seen.items():
         if name in members:
             continue
-        members[name] = sorted(set(world) | ranks) if name == "0" else sorted(ranks)
+        members[name] = sorted(set(world) | seen_by) if name == "0" else sorted(seen_by)
     return members
 
 
