@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -177,6 +178,11 @@ def test_gil_held_rank_gets_c_level_stacks_on_a_free_realtime_signal(tmp_path: P
     proc = subprocess.Popen([PY, str(script)], env=child_env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        busy = psutil.Process(proc.pid)
+        start = busy.cpu_times().user
+        deadline = time.monotonic() + 30
+        while busy.cpu_times().user < start + 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # spinning inside sum(): the GIL is held from here on
         dump = Watchdog(run, grace_s=1.0).dump_all("test")
         assert dump["asked_ranks"] == [0] and dump["answered_ranks"] == [] and dump["stack_fallback_ranks"] == [0]
         assert 'gil.py", line 3 in holding_the_gil' in (run / "stacks" / "rank0.txt").read_text()
