@@ -46,6 +46,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.read.discover import find
 
     opts = options or ReportOptions()
+    caches.take_notes()  # notes of an earlier report in this process are not this one's
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
     run_dir = run_folder.run_dir_of(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
@@ -62,7 +63,15 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
         caches.store_document(root, key, report)
     if root is not None:
         caches.evict(root)  # the size bound: least recently used entries go first
-    return report
+    return _with_cache_notes(report, caches.take_notes())
+
+
+def _with_cache_notes(report: Report, notes: list[str]) -> Report:
+    """Damaged cache entries met on the way, said in this report's warnings only (never stored in the
+    document cache: the next report, which finds a sound cache, has nothing to say about it)."""
+    if not notes:
+        return report
+    return {**report, "warnings": [*(report.get("warnings") or []), *notes]}
 
 
 def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
@@ -89,7 +98,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     warnings: list[str] = []
     for m in found.missing:
-        warnings.append(f"{m}: no such file or folder")
+        warnings.append(f"{m}: {found.why(m)}")
     warnings.extend(found.notes)
     run_info = load_json_object(found.run_json[0], warnings) if found.run_json else None
     # NCCL logs and NCCL Inspector files (a file named explicitly is then not a trace)

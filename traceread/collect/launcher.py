@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -108,10 +109,17 @@ def host_dir_for(run_dir: Path, layout: str) -> tuple[Path, str]:
 
 
 class _Tee:
-    """Copies the child's stdout/stderr lines to our own streams and to ``launcher.log``."""
+    """Copies the child's stdout/stderr lines to our own streams and to ``launcher.log`` (when it can)."""
 
-    def __init__(self, log_path: Path, echo: bool) -> None:
-        self.log = open(log_path, "ab", buffering=0)
+    def __init__(self, log_path: Path | None, echo: bool) -> None:
+        self.log: IO[bytes] | None = None
+        self.log_path = log_path
+        self.open_error: str | None = None
+        if log_path is not None:
+            try:
+                self.log = open(log_path, "ab", buffering=0)
+            except OSError as exc:
+                self.open_error = exc.strerror or str(exc)
         self.log_failed = False
         self.lock = threading.Lock()
         self.echo = echo
@@ -139,28 +147,60 @@ class _Tee:
         """A launcher message: on stderr and in the log, prefixed so it is told apart from the job."""
         line = f"[traceread] {clean_lines(text)}\n".encode()
         self._log(line)
-        try:
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        _stderr(line)
 
     def _log(self, line: bytes) -> None:
         """Copy to launcher.log; a run folder that became unwritable (full disk, read-only remount)
-        stops the copy, never the pump: a pump that died would stop draining the job's pipe and hang it."""
+        stops the copy, never the pump: a pump that died would stop draining the job's pipe and hang it.
+        The first failure is said once on stderr, so a short log is not mistaken for the whole output."""
         with self.lock:
-            if self.log.closed or self.log_failed:
+            if self.log is None or self.log.closed or self.log_failed:
                 return
             try:
                 self.log.write(line)
-            except OSError:
+                return
+            except OSError as exc:
                 self.log_failed = True
+                reason = exc.strerror or str(exc)
+        _stderr(f"[traceread] {clean_lines(str(self.log_path))}: cannot write any more ({clean_lines(reason)}); "
+                "the job's output from here on is not in launcher.log\n".encode())
 
     def close(self, timeout: float = 5.0) -> None:
         for t in self.threads:
             t.join(timeout)  # a grandchild may keep the pipe open; do not wait for it forever
         with self.lock:
-            self.log.close()
+            if self.log is not None:
+                self.log.close()
+
+
+def _stderr(line: bytes) -> None:
+    try:
+        sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def make_host_dir(host_dir: Path) -> str | None:
+    """Create the folder this launcher writes into and its sub-folders; why not, when it cannot.
+
+    A folder that cannot be created (read-only file system, immutable parent, no free inodes, a path
+    through a file) must not stop the job: the caller runs it without collection. A sub-folder that
+    cannot be made is left to the ranks (each part of the collection fails on its own, quietly)."""
+    try:
+        host_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(host_dir, os.W_OK | os.X_OK):
+            return "not writable"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except RuntimeError as exc:  # a symlink loop on the way
+        return str(exc)
+    for sub in SUBDIRS:
+        try:
+            (host_dir / sub).mkdir(exist_ok=True)
+        except OSError:
+            pass
+    return None
 
 
 def prepare_host_dir(host_dir: Path, overwrite: bool) -> None:
@@ -189,17 +229,37 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 def run_collect(opts: CollectOptions) -> int:
-    """Run ``opts.command`` under collection; returns the exit code the launcher must exit with."""
-    run_root = opts.run_dir.resolve()
+    """Run ``opts.command`` under collection; returns the exit code the launcher must exit with.
+
+    When the run folder cannot be used the command still runs, unchanged and uncollected, with one
+    warning: collect never changes the job's outcome."""
+    try:
+        run_root = opts.run_dir.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: the folder is unusable, said below
+        run_root = Path(os.path.abspath(opts.run_dir))
     host_dir, layout = host_dir_for(run_root, opts.layout)
-    prepare_host_dir(host_dir, opts.overwrite)
-    for sub in SUBDIRS + (("memory",) if opts.memory_snapshot else ()):
-        (host_dir / sub).mkdir(parents=True, exist_ok=True)
-    env, added = collect_env(host_dir, os.environ, opts.profiler_config(), os.getpid(),
-                             inject=opts.inject, fr_buffer=opts.fr_buffer)
-    tee = _Tee(host_dir / "launcher.log", opts.echo)
+    try:
+        prepare_host_dir(host_dir, opts.overwrite)
+        problem = make_host_dir(host_dir)
+        if problem is None and opts.memory_snapshot:
+            (host_dir / "memory").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    collecting = problem is None
+    if collecting:
+        env, added = collect_env(host_dir, os.environ, opts.profiler_config(), os.getpid(),
+                                 inject=opts.inject, fr_buffer=opts.fr_buffer)
+    else:
+        env, added = dict(os.environ), {}
+    tee = _Tee(host_dir / "launcher.log" if collecting else None, opts.echo)
     start_ns = time.time_ns()
-    tee.note(f"collecting into {host_dir} ({layout} layout): {' '.join(opts.command)}")
+    if collecting:
+        tee.note(f"collecting into {host_dir} ({layout} layout): {' '.join(opts.command)}")
+        if tee.open_error:
+            tee.note(f"{host_dir / 'launcher.log'}: {tee.open_error}; the job's output is not copied there")
+    else:
+        tee.note(f"cannot use {host_dir}: {problem}; running the command without collection: "
+                 f"{' '.join(opts.command)}")
     # Handlers first: a signal that arrives while the child starts is forwarded once it exists.
     dump_requested = threading.Event()
     pending: list[int] = []
@@ -227,7 +287,8 @@ def run_collect(opts: CollectOptions) -> int:
             signal.signal(restored, old_handler)
         tee.note(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}")
         tee.close()
-        _finalize(opts, run_root, host_dir, layout, added, start_ns, EXIT_NOT_FOUND, None, None, [])
+        if collecting:
+            _finalize_quietly(opts, run_root, host_dir, layout, added, start_ns, EXIT_NOT_FOUND, None, None, [])
         return EXIT_NOT_FOUND
     child["pid"] = proc.pid
     for signum in pending:
@@ -241,7 +302,7 @@ def run_collect(opts: CollectOptions) -> int:
     hang: dict[str, Any] | None = None
     dumps: list[dict[str, Any]] = []
     killed_for_hang = False
-    watchdog_broken = False
+    watchdog_broken = not collecting
     try:
         while proc.poll() is None:
             try:
@@ -250,6 +311,9 @@ def run_collect(opts: CollectOptions) -> int:
             except subprocess.TimeoutExpired:
                 pass
             if watchdog_broken:
+                if dump_requested.is_set():
+                    dump_requested.clear()
+                    tee.note("SIGUSR1 received: no dump, nothing is collected in this run")
                 continue
             try:
                 if dump_requested.is_set():
@@ -280,24 +344,49 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
+    if collecting and opts.profile and opts.inject:
+        note = _no_trace_note(host_dir, opts)
+        if note:
+            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
         code = EXIT_HANG_KILLED
-    try:
-        _finalize(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
-    except OSError as exc:  # the run folder became unwritable: the job's exit code still wins
-        sys.stderr.write(f"[traceread] {clean_lines(str(exc))}: run.json not written\n")
-    summary = "".join(f"[traceread] {clean_lines(line)}\n"
-                      for line in closing_summary(opts, run_root, host_dir, code, hang, time.time_ns() - start_ns))
-    if opts.echo:
-        sys.stderr.write(summary)
-    try:
-        with open(host_dir / "launcher.log", "a", encoding="utf-8") as log:
-            log.write(summary)
-    except OSError:
-        pass
+    if collecting:
+        _finalize_quietly(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
+        summary = "".join(f"[traceread] {clean_lines(line)}\n"
+                          for line in closing_summary(opts, run_root, host_dir, code, hang, time.time_ns() - start_ns))
+        if opts.echo:
+            sys.stderr.write(summary)
+        try:
+            with open(host_dir / "launcher.log", "a", encoding="utf-8") as log:
+                log.write(summary)
+        except OSError:
+            pass
     return code
+
+
+def _no_trace_note(host_dir: Path, opts: CollectOptions) -> str | None:
+    """Why no trace was written, when none was: no rank imported torch, or the job was too short."""
+    try:
+        if any((host_dir / "traces").glob("rank*.pt.trace.json*")):
+            return None
+        ranks = read_ranks(host_dir)
+    except OSError:
+        return None
+    if ranks and not any(i.get("torch") for i in ranks.values()):
+        return (f"no trace: no rank imported torch ({len(ranks)} rank(s) ran without it), so there was "
+                "nothing to profile")
+    steps = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
+    return too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
+
+
+def _finalize_quietly(*args: Any) -> None:
+    """:func:`_finalize`; a run folder that became unwritable is one line: the job's exit code still wins."""
+    try:
+        _finalize(*args)
+    except OSError as exc:
+        _stderr(f"[traceread] {clean_lines(str(exc))}: run.json not written\n".encode())
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float, rank_pids: list[int]) -> None:
@@ -342,9 +431,14 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
               dumps: list[dict[str, Any]]) -> None:
     """Merge rank files into run.json; drop empty placeholder files (stacks opened for faulthandler)."""
     end_ns = time.time_ns()
-    for path in (host_dir / "fr").glob("pipe_rank*.pipe"):  # NCCL's FIFOs are useless after the job
+    fifos = [*(host_dir / "fr").glob("pipe_rank*.pipe"), *(host_dir / "inject").glob("rank*.dump")]
+    fifos += [Path(i["dump_trigger"]) for i in read_ranks(host_dir).values() if isinstance(i.get("dump_trigger"), str)]
+    for path in fifos:  # NCCL's and the dump threads' FIFOs are useless after the job (a killed rank left its own)
         try:
-            path.unlink()
+            if stat.S_ISFIFO(path.lstat().st_mode):
+                path.unlink()
+            if path.parent.name.startswith("traceread-dump-"):
+                path.parent.rmdir()
         except OSError:
             pass
     for path in (host_dir / "stacks").glob("rank*.txt"):

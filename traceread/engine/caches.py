@@ -2,11 +2,17 @@
 
 Keying rule (all three): an entry lives in a *slot* named by a hash of what it is about (the cache
 kind, the inputs' locations and the variant, e.g. whether a summary carries the roofline); it holds
-its *key*: the inputs' identities (:func:`identity`: local path + size + ``mtime_ns``; object URL +
+its *key*: the inputs' identities (:func:`identity`: local path + size + ``mtime_ns`` + inode +
+``ctime_ns``, so a file replaced by another of the same size and mtime is a miss; object URL +
 size + ETag/generation/mtime), the code (:data:`READER_VERSION` for tables, :func:`code_fingerprint`
 for summaries and documents) and the options that change the result. A lookup is a hit only when the
 stored key equals the key computed now; anything else (another file, another version, a corrupt or
 foreign file) is a miss and the entry is rewritten. Cache trouble is never an error.
+
+Integrity: every entry carries a SHA-256 of its bytes, checked on every read (a parse-cache folder:
+``checksums.json`` over its files; a msgpack entry: the digest of its payload beside it). An entry
+that fails the check (a flipped bit on disk, a truncated copy) is deleted, recomputed, and said once
+in the report's warnings (:func:`take_notes`): a damaged cache can cost time, never change an answer.
 
 Data only, never pickles, so a file in the cache directory can never run code, whoever wrote it:
 
@@ -50,10 +56,44 @@ if TYPE_CHECKING:
     from traceread.report_schema import Report
 
 #: Bump when the layout of a summary or document entry changes.
-FORMAT = "traceread.cache/2"
+FORMAT = "traceread.cache/3"
 SUMMARY_FOLDER = "summaries"
 DOCUMENT_FOLDER = "documents"
 TABLES = ("gpu", "host", "steps", "flows", "memory")
+CHECKSUMS = "checksums.json"
+
+#: Damaged entries met by this process since the last :func:`take_notes` (said as report warnings).
+_NOTES: list[str] = []
+
+
+def take_notes() -> list[str]:
+    """The one-line notes about damaged cache entries met since the last call (and forget them)."""
+    taken: list[str] = []
+    while _NOTES:
+        taken.append(_NOTES.pop(0))
+    return list(dict.fromkeys(taken))
+
+
+def note(text: str) -> None:
+    """Record a damaged-entry note (also used for notes a worker process sent back)."""
+    _NOTES.append(text)
+
+
+def _damaged(what: str, about: Any, path: Path) -> None:
+    """Delete a damaged entry and say so: it is recomputed by the caller."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    note(f"cache: the cached {what} of {about} failed its integrity check (damaged on disk); dropped and recomputed")
+
+
+def digest(data: bytes) -> str:
+    """The checksum stored with every cache entry."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
@@ -78,7 +118,8 @@ def identity(f: Any) -> dict[str, Any]:
         return remote()
     p = Path(f)
     st = p.stat()
-    return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+            "ctime_ns": st.st_ctime_ns}
 
 
 def slot(kind: str, *about: Any) -> str:
@@ -114,12 +155,30 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def _read_entry(path: Path) -> Any:
-    """Decode one msgpack entry file (data only; any trouble is None)."""
+def _read_entry(path: Path, field: str, key: dict[str, Any], what: str, about: Any) -> bytes | None:
+    """The payload bytes (``field``) of the msgpack entry at ``path`` when its key is ``key`` and its
+    checksum holds; None on a miss. A file that is there but damaged is dropped with a note."""
     try:
-        return msgspec.msgpack.decode(path.read_bytes())
-    except Exception:  # a corrupt or foreign entry is a miss
+        raw = path.read_bytes()
+    except OSError:
         return None
+    try:
+        doc = msgspec.msgpack.decode(raw)
+    except Exception:  # not msgpack any more
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get(field), bytes) or not isinstance(doc.get("sha256"), str):
+        _damaged(what, about, path)
+        return None
+    if doc.get("key") != key:
+        return None  # another input, version or options: a plain miss (rewritten by the caller)
+    if digest(doc[field]) != doc["sha256"]:
+        _damaged(what, about, path)
+        return None
+    return doc[field]
+
+
+def _entry_bytes(key: dict[str, Any], field: str, payload: bytes) -> bytes:
+    return _ENCODER.encode({"key": key, field: payload, "sha256": digest(payload)})
 
 
 def _write_atomic(dest: Path, data: bytes) -> bool:
@@ -191,12 +250,15 @@ def load_tables(f: Any, root: Path) -> Any:
         info_file = d / "meta.json"
         if not info_file.is_file():
             return None
-        info = msgspec.json.decode(info_file.read_bytes())
+        files = _verified_files(d, f)
+        if files is None:
+            return None
+        info = msgspec.json.decode(files["meta.json"])
         if info.get("key") != parse_key(f):
             return None
         tables = {}
         for name, schema in schemas.items():
-            df = pl.read_parquet(d / f"{name}.parquet")
+            df = pl.read_parquet(io.BytesIO(files[f"{name}.parquet"]))
             # All-null columns are not stored; rebuilt for free (see columns.null_series).
             df = df.with_columns(null_series(c, schema[c], df.height) for c in info["null_columns"][name])
             if set(df.columns) != set(schema):
@@ -209,6 +271,27 @@ def load_tables(f: Any, root: Path) -> Any:
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
     except Exception:  # a broken cache entry is a miss, never an error
         return None
+
+
+def _verified_files(d: Path, f: Any) -> dict[str, bytes] | None:
+    """Every file of a parse-cache entry, read once and checked against ``checksums.json``; None (and
+    the entry dropped with a note when it is damaged) otherwise. An entry from before checksums is a
+    plain miss."""
+    names = ["meta.json", *(f"{t}.parquet" for t in TABLES)]
+    try:
+        sums_raw = (d / CHECKSUMS).read_bytes()
+    except OSError:  # absent: an entry from before checksums, a plain miss
+        return None
+    try:
+        sums = msgspec.json.decode(sums_raw)
+        data = {n: (d / n).read_bytes() for n in names}
+        ok = isinstance(sums, dict) and set(sums) == set(names) and all(digest(data[n]) == sums[n] for n in names)
+    except (OSError, msgspec.DecodeError):
+        ok = False
+    if not ok:
+        _damaged("tables", f, d)
+        return None
+    return data
 
 
 def in_parse_cache(f: Any, root: Path) -> bool:
@@ -236,6 +319,8 @@ def store_tables(rt: Any, f: Any, root: Path, key: dict[str, Any] | None = None)
                 df.drop(nulls).write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=False)
             info = {"key": key, "rank": rt.rank, "meta": dataclasses.asdict(rt.meta), "null_columns": null_columns}
             (tmp / "meta.json").write_bytes(_json(info))
+            sums = {n: digest((tmp / n).read_bytes()) for n in ["meta.json", *(f"{t}.parquet" for t in TABLES)]}
+            (tmp / CHECKSUMS).write_bytes(_json(sums))
             dest = entry_dir(root, f)
             if dest.exists():
                 shutil.rmtree(dest, ignore_errors=True)
@@ -276,11 +361,11 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
     key = summary_key(f, spec_file, detail)
     if key is None:
         return None
-    doc = _read_entry(_summary_file(root, key))
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("summary"), bytes):
+    data = _read_entry(_summary_file(root, key), "summary", key, "summary", f)
+    if data is None:
         return None
     try:
-        out = decode_summary(doc["summary"], cls)
+        out = decode_summary(data, cls)
         mark_used(_summary_file(root, key))
         return out
     except Exception:  # a well-formed but wrong entry is a miss too
@@ -289,7 +374,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
 
 def store_summary(summary_bytes: bytes, key: dict[str, Any], root: Path) -> bool:
     """Write an encoded summary under ``key`` (taken before the file was read) atomically."""
-    return _write_atomic(_summary_file(root, key), _ENCODER.encode({"key": key, "summary": summary_bytes}))
+    return _write_atomic(_summary_file(root, key), _entry_bytes(key, "summary", summary_bytes))
 
 
 def encode_summary(summary: Any) -> bytes:
@@ -398,16 +483,22 @@ def _document_file(root: Path, key: dict[str, Any]) -> Path:
 
 
 def load_document(root: Path, key: dict[str, Any]) -> Report | None:
-    doc = _read_entry(_document_file(root, key))
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
+    data = _read_entry(_document_file(root, key), "report", key, "report", ", ".join(key["paths"]))
+    if data is None:
+        return None
+    try:
+        report = msgspec.msgpack.decode(data)
+    except Exception:  # checked bytes that are not a document: a miss
+        return None
+    if not isinstance(report, dict):
         return None
     mark_used(_document_file(root, key))
-    return doc["report"]
+    return report  # type: ignore[return-value]
 
 
 def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
-        data = _ENCODER.encode({"key": key, "report": report})
+        data = _entry_bytes(key, "report", _ENCODER.encode(report))
     except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)

@@ -51,10 +51,11 @@ def read_traces(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     found = find(paths)
+    caches.take_notes()  # an earlier call's notes are not this one's
     ts = TraceSet(ranks=[], sources=[str(p) for p in paths])
     for m in found.missing:
-        ts.failures.append(ReadFailure(file=m, reason="no such file or folder"))
-        ts.warnings.append(f"{m}: no such file or folder")
+        ts.failures.append(ReadFailure(file=m, reason=found.why(m)))
+        ts.warnings.append(f"{m}: {found.why(m)}")
     if found.run_json:
         ts.run_info = load_json_object(found.run_json[0], ts.warnings)
 
@@ -72,6 +73,7 @@ def read_traces(
         if failure is not None:
             ts.failures.append(failure)
     ts.warnings.extend(assign_ranks(ok))
+    ts.warnings.extend(caches.take_notes())
     ts.ranks = ok
     return ts
 

@@ -27,6 +27,11 @@ class Found:
     run_json: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # said as warnings (e.g. a Ray node that could not list)
+    reasons: dict[str, str] = field(default_factory=dict)  # why a ``missing`` entry is missing, when known
+
+    def why(self, missing: str) -> str:
+        """The one-line reason a ``missing`` entry gives (a URL that did not answer says so)."""
+        return self.reasons.get(missing, "no such file or folder")
 
     def skipped(self, f: Path, reason: str) -> bool:
         """Whether a file that failed to read is passed over with a note instead of counted as a

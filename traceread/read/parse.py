@@ -6,12 +6,13 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
-from traceread.read.decode import Event, decode_all, decode_top
+from traceread.read.decode import Event, decode_all, decode_top, fix_lone_surrogates
 from traceread.read.events import (
     finish_gpu,
     finish_host,
@@ -106,7 +107,7 @@ def _parse(p: Path, max_rank_bytes: int | None) -> RankTrace:
 
 
 def _parse_whole(p: Path, data: bytearray) -> RankTrace:
-    top = decode_top(data, p)
+    top = decode_top(fix_lone_surrogates(data), p)
     keys = list(top)
     values = top_values(top)
     # One decoder call for the whole array (no per-event slices to cut first).
@@ -148,6 +149,7 @@ def _tabulate(
             mem_parts.append(memory_frame(mem_evs))
         del gpu_evs, host_evs, flow_evs, mem_evs
     values, keys = top()
+    refuse_export(values, p)
     gpu = finish_gpu(gpu_parts)
     host = finish_host(host_parts)
     flows = pair_flows(flow_parts)
@@ -168,6 +170,17 @@ def _tabulate(
     )
     identify(rt, single=True)
     return rt
+
+
+def refuse_export(top: dict[str, Any], p: Path) -> None:
+    """A timeline written by ``traceread export`` (every rank merged, ``otherData.generator`` says so)
+    is not one rank's trace: counted as one, an export saved into the run folder became an extra rank
+    of the next report (and of the next export, which doubled in size)."""
+    other = top.get("otherData")
+    generator = other.get("generator") if isinstance(other, dict) else None
+    if isinstance(generator, str) and generator.startswith("traceread"):
+        raise TraceFileError("not a Kineto trace: a timeline written by traceread export (every rank merged), "
+                             "not one rank's trace", str(p))
 
 
 def steps_frame(host: pl.DataFrame) -> pl.DataFrame:

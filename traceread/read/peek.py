@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import msgspec
 
 from traceread.errors import TraceFileError
 from traceread.read.discover import NOT_A_TRACE
+from traceread.read.jsonfile import read_json_value
 from traceread.read.ranks import rank_from_name
 from traceread.read.warmup import NOT_STARTUP_CATS
 
@@ -86,7 +86,7 @@ def _run_dir(path: Path) -> str | None:
 @functools.lru_cache(maxsize=256)
 def _per_host(run_json: Path) -> bool:
     try:
-        doc = json.loads(run_json.read_text(encoding="utf-8"))
+        doc = read_json_value(run_json)
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and doc.get("layout") == "per-host"

@@ -105,13 +105,18 @@ def check_one_job(traces: list[RankTrace]) -> None:
     for rt in traces:
         if rt.meta.device_name:
             gpus.setdefault(rt.meta.device_name, rt.file)
-    sizes = {rt.meta.world_size for rt in traces}
-    if len(gpus) > 1 and (None in sizes or len(sizes) > 1):
+    all_sizes = {rt.meta.world_size for rt in traces}
+    if len(gpus) > 1 and (None in all_sizes or len(all_sizes) > 1):
         parts = "; ".join(f"{f} ran on {d}" for d, f in gpus.items())
         raise RankConflictError(f"files from different jobs: {parts}")
+    sizes = {rt.meta.world_size for rt in traces if rt.meta.world_size is not None}
+    job_world = sizes.pop() if len(sizes) == 1 else None
     for rt in traces:
-        ws = rt.meta.world_size
+        ws = rt.meta.world_size if rt.meta.world_size is not None else job_world
         if ws is not None and not 0 <= rt.rank < ws:
+            how = {"unknown": " (given by file order: the file names no rank and has no distributedInfo)",
+                   "filename": " (from the file name)"}.get(rt.meta.rank_source or "", "")
             raise RankConflictError(
-                f"rank {rt.rank} is outside world size {ws}", rt.file
+                f"rank {rt.rank}{how} is outside world size {ws}"
+                + ("" if rt.meta.world_size is not None else " (the other files' distributedInfo)"), rt.file
             )

@@ -43,7 +43,7 @@ from traceread.analysis.hang.stack_dumps import (
     stuck_frame,
 )
 from traceread.errors import TraceReadError
-from traceread.read.jsonfile import load_json_object
+from traceread.read.jsonfile import load_json_object, plausible_rank, plausible_world_size
 from traceread.report_schema import HangEntry
 
 _OPTYPE = {
@@ -134,24 +134,55 @@ def load_sources(run_dir: str | Path) -> HangSources:
         if (d / "hang.json").is_file():
             doc = load_json_object(d / "hang.json", src.problems)
             if doc is not None:
-                src.hang_records.append(doc)
+                src.hang_records.append(_hang_record(doc, d / "hang.json", src.problems))
         logs += [p for p in find_nccl_logs(d) if p not in logs]
         if (d / "run.json").is_file() and src.world_size is None:
             doc = load_json_object(d / "run.json", src.problems)
             if doc is not None:
-                src.world_size = _world_from_run(doc)
+                src.world_size = _world_from_run(doc, d / "run.json", src.problems)
     if logs:
         src.nccl = parse_nccl_logs(logs)
         src.root_cause_rank = _torchrun_root_cause(logs)
     return src
 
 
-def _world_from_run(doc: dict[str, Any]) -> int | None:
+def _world_from_run(doc: dict[str, Any], path: Path, problems: list[str]) -> int | None:
     world = doc.get("world")
     for value in (doc.get("world_size"), world.get("world_size") if isinstance(world, dict) else None):
-        if isinstance(value, int) and value > 0:
-            return value
+        if value is None:
+            continue
+        size = plausible_world_size(value)
+        if size is not None:
+            return size
+        problems.append(f"{path}: world_size {str(value)[:40]!s} is not a possible number of ranks; ignored")
     return None
+
+
+def _hang_record(doc: dict[str, Any], path: Path, problems: list[str]) -> dict[str, Any]:
+    """``doc`` with the fields the diagnosis reads in their expected shapes: a record damaged or written
+    by hand is read for what is usable, and what is not is said once in ``problems``."""
+    rec = dict(doc)
+    steps = rec.get("last_step_per_rank")
+    if steps is not None:
+        good = ({str(r): v for k, v in steps.items() if (r := plausible_rank(k)) is not None
+                 and isinstance(v, int) and not isinstance(v, bool)} if isinstance(steps, dict) else {})
+        if not isinstance(steps, dict) or len(good) != len(steps):
+            problems.append(f"{path}: last_step_per_rank is not a map of rank to step; "
+                            f"{'the entries that are' if good else 'nothing'} used")
+        rec["last_step_per_rank"] = good
+    unanswered = rec.get("unanswered_ranks")
+    if unanswered is not None:
+        ranks = [r for r in unanswered if plausible_rank(r) is not None and isinstance(r, int)] \
+            if isinstance(unanswered, list) else []
+        if not isinstance(unanswered, list) or len(ranks) != len(unanswered):
+            problems.append(f"{path}: unanswered_ranks is not a list of ranks; "
+                            f"{'the entries that are' if ranks else 'nothing'} used")
+        rec["unanswered_ranks"] = ranks
+    t = rec.get("timeout_s")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+        problems.append(f"{path}: timeout_s is not a number; ignored")
+        rec["timeout_s"] = None
+    return rec
 
 
 def _torchrun_root_cause(logs: list[Path]) -> int | None:
@@ -449,9 +480,9 @@ def _from_stacks(src: HangSources, world: int | None) -> HangEntry | None:
 def _world(src: HangSources) -> int | None:
     if src.world_size:
         return src.world_size
-    seen: set[int] = set(src.fr) | set(src.stacks) | set(src.errors)
+    seen = {r for r in (*src.fr, *src.stacks, *src.errors) if plausible_rank(r) is not None}
     for rec in src.hang_records:
-        seen |= {int(r) for r in (rec.get("last_step_per_rank") or {}) if str(r).isdigit()}
+        seen |= {int(r) for r in rec.get("last_step_per_rank") or {}}
     return max(seen) + 1 if seen else None
 
 
@@ -565,8 +596,7 @@ def _add_hang_records(entry: HangEntry, src: HangSources) -> None:
         entry["evidence"].append(
             f"collector watchdog: no progress for {t} s" if t is not None else "collector watchdog fired"
         )
-        steps = {int(k): v for k, v in (rec.get("last_step_per_rank") or {}).items()
-                 if str(k).isdigit() and isinstance(v, int)}
+        steps = {int(k): v for k, v in (rec.get("last_step_per_rank") or {}).items()}
         if steps and len(set(steps.values())) > 1:
             low = min(steps.values())
             behind = sorted(r for r, s in steps.items() if s == low)

@@ -15,10 +15,14 @@ What it installs, in a selected rank:
   finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz`` (one cycle) or
   ``RUN/traces/cycle{C}/rank{R}.pt.trace.json.gz`` (``repeat`` > 1 or ``every``; at most
   ``max_cycles`` kept: the first and the latest, see docs/cycles.md).
-* ``faulthandler`` on fatal signals and on SIGUSR1 -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
-* a ``sigwait`` thread on SIGUSR2 (blocked in every other thread) that dumps all-thread stacks and the
-  Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then writes
-  ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+* ``faulthandler`` on fatal signals and on one real-time signal nobody in the process had claimed
+  (the highest free one, e.g. SIGRTMAX) -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
+* a dump thread blocked reading a FIFO (``$TMPDIR/traceread-dump-*/rank{R}.fifo``, else
+  ``RUN/inject/rank{R}.dump``; its path is ``dump_trigger`` in the rank file): one byte from the launcher makes it dump all-thread
+  stacks and the Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then
+  write ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+  No signal mask and no signal of the job's is touched: SIGUSR1/SIGUSR2 stay the job's (SLURM's
+  ``--signal=USR2@60``, checkpoint-on-preemption handlers).
 * a ``sys.excepthook`` that writes the torchelastic error file format to ``RUN/errors/rank{R}.json``
   and to torchrun's ``TORCHELASTIC_ERROR_FILE`` (the zero-code equivalent of ``@record``).
 * with ``memory_snapshot``: a memory snapshot (``torch.cuda.memory._snapshot()``'s dict, pickled as
@@ -42,6 +46,7 @@ import pickle
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -51,8 +56,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import FrameType
 
-STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
-DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
+#: Real-time signals the C-level stack fallback may take, highest first; glibc keeps the lowest few.
+_STACK_SIGNAL_CHOICES = tuple(range(signal.SIGRTMAX, signal.SIGRTMIN + 3, -1))
 _AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 
 
@@ -85,6 +90,7 @@ class _State:
         self.mem_history = False  # CUDA allocator history recording (memory_snapshot)
         self.oom = False  # an out-of-memory error happened (the next snapshot is the OOM one)
         self.oom_written = False
+        self.dump_trigger: str | None = None  # the FIFO the launcher writes a byte into to ask for a dump
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
@@ -115,9 +121,22 @@ def _log_exc(state: _State | None, what: str) -> None:
 def _atomic_write_json(path: str, obj: Any) -> None:
     text = json.dumps(obj, indent=1, default=str)  # serialise first: a failure leaves no partial file
     tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    _write_then_rename(tmp, path, text.encode("utf-8"))
+
+
+def _write_then_rename(tmp: str, path: str, data: bytes) -> None:
+    """``data`` to ``tmp``, renamed over ``path``; on any failure (a full disk) ``tmp`` is removed,
+    so no empty or partial temp file is left in the run folder."""
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _clock_sample(label: str) -> dict[str, Any]:
@@ -296,17 +315,64 @@ def _write_progress(state: _State) -> None:
 def _install_faulthandler(state: _State) -> None:
     state.stacks_file = open(state.path("stacks", f"rank{state.rank}.txt"), "a", encoding="utf-8")
     faulthandler.enable(file=state.stacks_file, all_threads=True)
-    faulthandler.register(STACK_SIGNAL, file=state.stacks_file, all_threads=True, chain=False)
-    state.info["signals"]["stacks"] = STACK_SIGNAL.name
+    signum = _free_signal()
+    if signum is None:
+        _log(state, "no free real-time signal: no C-level stack fallback in this rank")
+        return
+    faulthandler.register(signum, file=state.stacks_file, all_threads=True, chain=False)
+    state.info["signals"]["stacks"] = _signal_name(signum)
+    state.info["stack_signal"] = signum
+
+
+def _free_signal() -> int | None:
+    """A real-time signal with its default action, i.e. that nothing in this process claimed."""
+    for signum in _STACK_SIGNAL_CHOICES:
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                return signum
+        except (ValueError, OSError):
+            continue
+    return None
+
+
+def _signal_name(signum: int) -> str:
+    return "SIGRTMAX" if signum == signal.SIGRTMAX else f"SIGRTMAX-{signal.SIGRTMAX - signum}"
 
 
 def _install_dump_thread(state: _State) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("not on the main thread; cannot block the dump signal")
-    signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
-    thread = threading.Thread(target=_dump_loop, args=(state,), name="traceread-dump", daemon=True)
+    """A thread blocked in ``read`` on a FIFO: the launcher's byte wakes it; no signal involved."""
+    path, fd = _open_trigger(state)
+    thread = threading.Thread(target=_dump_loop, args=(state, fd), name="traceread-dump", daemon=True)
     thread.start()
-    state.info["signals"]["dump"] = DUMP_SIGNAL.name
+    state.dump_trigger = path
+    state.info["dump_trigger"] = path
+
+
+def _open_trigger(state: _State) -> tuple[str, int]:
+    """Create and open (read-write, so it never reads end-of-file) this rank's dump FIFO.
+
+    In a private folder of the local temp folder (``traceread-dump-*``, mode 0700): a FIFO in the run
+    folder would trip tools that copy or archive it (``chattr -R``, ``rsync``) and some shared file
+    systems refuse FIFOs; ``RUN/inject`` only when no temp folder is usable."""
+    import tempfile
+
+    last: BaseException | None = None
+    for where in ("temp", "run"):
+        try:
+            if where == "temp":
+                path = os.path.join(tempfile.mkdtemp(prefix="traceread-dump-"), f"rank{state.rank}.fifo")
+            else:
+                path = state.path("inject", f"rank{state.rank}.dump")
+                try:
+                    os.unlink(path)  # left by an earlier process with this rank (a restart)
+                except FileNotFoundError:
+                    pass
+            os.mkfifo(path, 0o600)
+            return path, os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            last = exc
+            _log(state, f"dump FIFO in the {where} folder: {exc!r}")
+    raise RuntimeError(f"no dump FIFO could be made: {last!r}")
 
 
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
@@ -321,19 +387,22 @@ def _quiet_thread() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _FAULTS)
 
 
-def _dump_loop(state: _State) -> None:
+def _dump_loop(state: _State, fd: int) -> None:
     try:
         _quiet_thread()
     except BaseException:
         _log_exc(state, "dump thread signal mask")
     while True:
         try:
-            signal.sigwait({DUMP_SIGNAL})
+            if not os.read(fd, 64):
+                return
+        except InterruptedError:
+            continue
         except BaseException:
-            _log_exc(state, "sigwait")
+            _log_exc(state, "dump trigger read")
             return
         try:
-            dump_now(state, reason="signal")
+            dump_now(state, reason="request")
         except BaseException:
             _log_exc(state, "dump")
 
@@ -424,10 +493,7 @@ def _dump_flight_recorder(state: _State) -> list[str]:
     for i, (recorder, payload, ext) in enumerate(chosen):
         name = f"rank{state.rank}.{ext}" if i == 0 else f"rank{state.rank}.{recorder}.{ext}"
         path = state.path("fr", name)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, path)
+        _write_then_rename(f"{path}.tmp{os.getpid()}", path, payload)
         written.append(os.path.relpath(path, state.run_dir))
     return written
 
@@ -868,11 +934,7 @@ def _export(state: _State, prof: Any) -> None:
         state.info["inject_errors"].append(f"export: {exc!r}")
         _log_exc(state, "trace export")
     finally:
-        for tmp in (tmp_json, tmp_gz):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        _remove_temps(state.path("traces"), f".rank{state.rank}.{os.getpid()}.export")
         state.cycle_log.append(entry)
         try:
             _drop_old_cycles(state)
@@ -980,6 +1042,20 @@ def _on_uncaught_oom(state: _State, exc: BaseException) -> None:
     state.profile_done = True
 
 
+def _remove_temps(folder: str, prefix: str) -> None:
+    """Our temporary files and the profiler's own (Kineto writes ``<path>.tmp`` first): a failed
+    export (a full disk) leaves none of them in the run folder."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
 def _at_exit(state: _State) -> None:
     try:
         state.info["clock"].append(_clock_sample("exit"))
@@ -988,5 +1064,19 @@ def _at_exit(state: _State) -> None:
             state.clock_thread.join(2.0)  # a short job may end before the offset exchange finished
         _write_rank_json(state)
         _log(state, f"exit after {state.step} optimizer steps; hook overhead {state.hook_s * 1e3:.2f} ms")
+    except BaseException:
+        pass
+    if state.dump_trigger and state.info.get("pid") == os.getpid():  # not in a forked child
+        remove_trigger(state.dump_trigger)
+
+
+def remove_trigger(path: str) -> None:
+    """Remove a dump FIFO and its private temp folder (the launcher calls it for ranks that died)."""
+    try:
+        if stat.S_ISFIFO(os.lstat(path).st_mode):
+            os.unlink(path)
+        folder = os.path.dirname(path)
+        if os.path.basename(folder).startswith("traceread-dump-"):
+            os.rmdir(folder)
     except BaseException:
         pass
