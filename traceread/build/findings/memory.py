@@ -26,8 +26,8 @@ FRAGMENTATION_MIN_BYTES = 1 << 30
 def _f(id_: str, title: str, explanation: str, evidence: list[str], suggestions: list[str], rank: int | None,
        memory_bytes: float | None) -> Finding:
     return {"id": id_, "title": title, "impact_us_per_step": 0.0, "impact_us_total": 0.0, "impact_pct": 0.0,
-            "explanation": explanation, "category": "memory", "role": None, "rank": rank, "evidence": evidence, "suggestions": suggestions,
-            "memory_bytes": memory_bytes}
+            "explanation": explanation, "category": "memory", "role": None, "rank": rank, "evidence": evidence,
+            "suggestions": suggestions, "memory_bytes": memory_bytes}
 
 
 def _where(r: dict[str, Any]) -> str:
