@@ -299,14 +299,17 @@ class _Rank:
     inside: set[tuple[str, int, bool]]  # (pg, seq, is_p2p) of the ops it is in
 
 
-def _rank_state(rank: int, dump: RankDump) -> _Rank:
+def _rank_state(rank: int, dump: RankDump, job_timing: bool) -> _Rank:
+    """Where the rank is. ``job_timing``: some NCCL dump of the job has start events; TORCH_NCCL_ENABLE_TIMING
+    is set for the whole job, so a rank whose buffer shows none (its GPU stopped before any start
+    was recorded in the window) still has them."""
     pending = sorted((o for v in dump.groups.values() for o in v.pending + v.p2p_pending), key=lambda o: o.record_id)
     inside: set[tuple[str, int, bool]] = set()
     cpu = [o for o in pending if o.backend in GLOO_LIKE or (not o.backend and dump.recorder == "cpu")]
     gpu = [o for o in pending if o not in cpu]
     if cpu:
         inside.add((cpu[0].pg, cpu[0].seq, cpu[0].is_p2p))  # gloo blocks the calling thread in its oldest op
-    timed = [o for o in gpu if dump.groups.get(o.pg) is not None and dump.groups[o.pg].timing]
+    timed = [o for o in gpu if job_timing or (dump.groups.get(o.pg) is not None and dump.groups[o.pg].timing)]
     started = [o for o in timed if o.started]
     if started:
         inside.update((o.pg, o.seq, o.is_p2p) for o in started)
@@ -402,8 +405,8 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
         seen = set(dumps) | {r for d in dumps.values() for _desc, text in d.pg_config.values() for r in parse_ranks(text)}
         world = max(seen) + 1 if seen else None
     groups, notes = build_groups(dumps, world)
-    ranks = {r: _rank_state(r, d) for r, d in dumps.items()}
     timing = any(v.timing for d in dumps.values() for v in d.groups.values())
+    ranks = {r: _rank_state(r, d, timing) for r, d in dumps.items()}
     stuck: dict[tuple[str, int], Stuck] = {}
     for g in groups.values():
         dumped = [m for m in g.members if m in ranks and m in g.views]

@@ -15,6 +15,7 @@ group counts its collectives separately).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ IN_PROCESS_BELOW = 48
 #: Names that are never dumps (Kineto traces, logs, stacks) are not even sniffed.
 _NOT_DUMPS = (".pt.trace.json", ".pt.trace.json.gz", ".trace.json", ".trace.json.gz", ".log", ".html", ".parquet",
               ".py", ".md", ".csv", ".sock", ".pipe", ".ack", ".tmp")
+_DUMP_NAME = re.compile(r"(^_dump_\d+$)|(trace_rank_\d+)|(^rank\d+(\.cpu)?\.(pkl|pickle|json)$)", re.I)
 #: The CPU recorder's groups get this suffix when another rank's NCCL recorder uses the same pg name.
 CPU_SUFFIX = ":cpu"
 
@@ -68,8 +70,17 @@ class DumpSet:
         return text
 
 
+def _meant_as_dump(f: Path) -> bool:
+    """A file that is a dump by its place or name (``fr/…``, ``rank3.pkl``, ``_dump_3``, ``…trace_rank_3``), so
+    that a damaged one is reported instead of passed over."""
+    if f.parent.name == "fr":
+        return True
+    return bool(_DUMP_NAME.search(f.name)) and f.name.lower().endswith(("", ".pkl", ".pickle", ".json"))
+
+
 def find_dumps(paths: Sequence[str | Path]) -> list[Path]:
-    """Dump files under ``paths`` (files as given when they look like dumps, folders walked)."""
+    """Dump files under ``paths``: any file whose first bytes say Flight Recorder, and files that are
+    dumps by place or name (read so that a damaged one becomes a problem line)."""
     out: dict[str, Path] = {}
     for raw in paths:
         for f in walk(raw):
@@ -80,9 +91,9 @@ def find_dumps(paths: Sequence[str | Path]) -> list[Path]:
                 size = f.stat().st_size
             except OSError:
                 continue
-            if size < 16 or size > MAX_DUMP_BYTES:
+            if size > MAX_DUMP_BYTES and not _meant_as_dump(f):
                 continue
-            if looks_like_dump(f):
+            if looks_like_dump(f) or _meant_as_dump(f):
                 out.setdefault(str(f.resolve()), f)
     return list(out.values())
 
