@@ -7,6 +7,7 @@ Knobs (all optional): --steps N, --sleep-rank R --sleep-s S (that rank sleeps ea
 
 import argparse
 import datetime
+import os  # noqa: F401 - unused, but sample_traces/cpu_hang_gloo recorded this file's line numbers
 import time
 
 import torch
