@@ -15,8 +15,8 @@ fault, waits for its dumps, kills it, and keeps what a user would have, each fau
   ``node1/dumps/host1_rank<R>.pkl`` for ranks 4-7, ``node*/stacks/``.
 
 ``truth.json`` beside each: the faulted rank and why (by construction of the fault), and for every
-other rank the collective its main thread was in when the dumps were taken (group name, op, seq: the
-job's own count, checked here against the seq Flight Recorder recorded).
+rank that wrote one the collective its main thread was in when the dumps were taken (group name, op,
+seq: the job's own count, checked here against the seq Flight Recorder recorded).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def truth_of(fault: str, run: Path) -> dict:
     inside = {}
     for f in sorted((run / "truth").glob("rank*.json")):
         doc = json.loads(f.read_text())
-        if doc["rank"] != culprit and doc["in"] is not None:
+        if doc["in"] is not None:  # the culprit too, when it is in a collective (skip, order)
             inside[str(doc["rank"])] = doc["in"]
     for r, cur in inside.items():  # the job's count must be Flight Recorder's seq
         d = pickle.loads((run / "fr" / f"rank{r}.pkl").read_bytes())

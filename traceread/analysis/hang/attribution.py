@@ -429,6 +429,7 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
         for w in s.waiting:
             for h in s.behind:
                 edges.setdefault(w, {}).setdefault(h, s)
+    p2p_waits: list[Stuck] = []
     for st in ranks.values():  # point-to-point: a rank in a send/recv waits for its peer
         for o in st.pending:
             if o.is_p2p and (o.pg, o.seq, True) in st.inside and o.peer is not None and o.pg in groups:
@@ -436,7 +437,9 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
                 if 0 <= o.peer < len(mem):
                     peer = mem[o.peer]
                     if not _peer_in_pair(ranks.get(peer), st.rank, groups[o.pg]):
-                        edges.setdefault(st.rank, {}).setdefault(peer, _p2p_stuck(groups[o.pg], o, st.rank, peer))
+                        s_p2p = _p2p_stuck(groups[o.pg], o, st.rank, peer, ranks.get(peer))
+                        edges.setdefault(st.rank, {}).setdefault(peer, s_p2p)
+                        p2p_waits.append(s_p2p)
 
     culprits: dict[int, Culprit] = {}
     held: dict[int, list[Stuck]] = {}
@@ -485,8 +488,10 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
     for s in stuck.values():
         s.causes = sorted(_causes(s, edges, culprits))
     ordered = sorted(culprits.values(), key=lambda c: (-len(c.victims), _time(c), c.rank))
+    for s in p2p_waits:
+        s.causes = sorted(_causes(s, edges, culprits))
     listed = sorted((s for s in stuck.values() if s.waiting or s.behind),
-                    key=lambda s: (-len(s.waiting), _order(s.group.pg), s.seq))
+                    key=lambda s: (-len(s.waiting), _order(s.group.pg), s.seq)) + p2p_waits
     return Attribution(groups, listed, ordered, unexplained, notes, timing, world)
 
 
@@ -529,9 +534,18 @@ def _peer_in_pair(peer: _Rank | None, me: int, g: Group) -> bool:
     return False
 
 
-def _p2p_stuck(g: Group, o: Op, me: int, peer: int) -> Stuck:
-    s = Stuck(g, o.seq, o, [me], {peer: "never_enqueued"}, [], first=False)
-    return s
+def _p2p_stuck(g: Group, o: Op, me: int, peer: int, peer_state: _Rank | None) -> Stuck:
+    """A send/recv a rank is in while its peer has not posted the other side."""
+    if peer_state is None:
+        why = "no_dump"
+    elif peer_state.inside:
+        why = "busy"
+    elif any(x.is_p2p and x.pg == g.pg and x.peer is not None and 0 <= x.peer < len(g.members)
+             and g.members[x.peer] == me for x in peer_state.pending):
+        why = "not_started"
+    else:
+        why = "never_enqueued"
+    return Stuck(g, o.seq, o, [me], {peer: why}, [], first=False)
 
 
 def _terminal(h: int, s: Stuck, st: _Rank | None, groups: Mapping[str, Group]) -> Culprit:

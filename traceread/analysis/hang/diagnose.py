@@ -80,6 +80,9 @@ def _group_json(s: Stuck) -> HangGroup:
     note = None
     if not s.behind and s.waiting and not s.mismatch:
         note = "every member is in it and none completes"
+        if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
+            note += ("; Flight Recorder recorded no start events, so it cannot tell which GPU never started it "
+                     "(set TORCH_NCCL_ENABLE_TIMING=1)")
     behind = []
     for r, why in sorted(s.behind.items()):
         v = g.views.get(r)
@@ -424,11 +427,16 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
     if culprits:
         return " ".join(c["summary"] for c in culprits[:3]) + (
             f" (+{len(culprits) - 3} more culprits)" if len(culprits) > 3 else "")
-    groups = entry.get("groups") or []
+    groups = [g for g in entry.get("groups") or [] if g.get("note")] or entry.get("groups") or []
     if groups:
         g = groups[0]
-        return (f"Ranks {_ranks(g['waiting'])} are in {g['op']} #{g['seq']} on pg {g['pg']} and none completes, but no "
-                "rank is missing from it: a GPU stopped inside it, or the network failed.")
+        what = f"{g['op']} #{g['seq']} on pg {g['pg']} ({g.get('role')}" + (
+            f", {g['desc']})" if g.get("desc") and g["desc"] != "undefined" else ")")
+        hint = "" if "start events" not in (g.get("note") or "") else (
+            " Flight Recorder recorded no start events, so it cannot tell which of their GPUs never started it "
+            "(set TORCH_NCCL_ENABLE_TIMING=1).")
+        return (f"Ranks {_ranks(g['waiting'])} are all in {what} and none completes, but no rank is missing from it: "
+                f"a GPU stopped inside or before it, or the network failed.{hint}")
     missing = entry.get("missing_ranks") or []
     waiting = entry.get("waiting_ranks") or []
     seq = entry.get("seq")
