@@ -330,6 +330,7 @@ def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis |
         for d in src.nccl["diagnoses"]:
             if d["severity"] == "error" and d["id"] != "collective_timeout":
                 entry["evidence"].append(f"NCCL log: {d['message']}")
+    entry["evidence"] += [f"note: {n}" for n in src.notes[:MAX_LISTED]]
     entry["evidence"] += [f"unreadable: {p}" for p in src.problems[:MAX_LISTED]]
     if len(src.problems) > MAX_LISTED:
         entry["evidence"].append(f"… and {len(src.problems) - MAX_LISTED} more unreadable files")

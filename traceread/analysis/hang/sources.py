@@ -2,12 +2,12 @@
 
 * Flight Recorder dumps anywhere below, found by content (:mod:`traceread.analysis.hang.dumps`).
 * Stack dumps (faulthandler / py-spy): files in a ``stacks/`` folder, or named ``*stack*``,
-  ``*traceback*``, ``*py-spy*``/``*pyspy*``; the last 4 MiB of each.
+  ``*traceback*``, ``*py-spy*``/``*pyspy*``; the last MiB of each.
 * torchelastic error files: ``errors/*.json``; the collector's ``hang.json``; ``run.json`` (world size).
 * Logs: ``launcher.log``, ``nccl/``, torchrun ``--log-dir`` files, and ``*.log`` files that say NCCL.
-  The watchdog lines are parsed by :mod:`traceread.analysis.hang.nccl_log` (a stream); torchrun's
-  "Root Cause" summary and each rank's last line are taken from the last :data:`LOG_TAIL_BYTES`
-  of each log only, so a 1 GiB ``launcher.log`` costs a few MiB.
+  The watchdog and NCCL lines are parsed by :mod:`traceread.analysis.hang.nccl_log` from the whole log
+  up to 8 MiB, else from its first 2 and last 6 MiB; torchrun's "Root Cause" summary and each rank's
+  last line come from the last MiB. A 1 GiB ``launcher.log`` costs a few MiB and seconds.
 
 Every file is checked to be a regular file before it is opened (a FIFO named ``errors/rank2.json``
 never blocks), every JSON file is size- and depth-bounded, and a file that cannot be read becomes one
@@ -17,19 +17,23 @@ line in ``problems``.
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from traceread.analysis.hang.dumps import DumpSet, collect
-from traceread.analysis.hang.files import load_json, read_tail, regular, walk
+from traceread.analysis.hang.files import load_json, read_head, read_tail, regular, size_of, walk
 from traceread.analysis.hang.flight_recorder import rank_from_name, to_int
 from traceread.analysis.hang.nccl_log import find_nccl_logs, looks_like_nccl_log, parse_nccl_logs
 from traceread.analysis.hang.stack_dumps import RankStack, read_stack_file
 from traceread.errors import TraceFileError, TraceReadError
 
 #: The end of each log read for the "Root Cause" block and each rank's last line.
-LOG_TAIL_BYTES = 4 << 20
+LOG_TAIL_BYTES = 1 << 20
+#: A log larger than this is parsed for watchdog/NCCL lines by its head and its tail only.
+LOG_PARSE_BYTES = 8 << 20
+LOG_PARSE_HEAD = 2 << 20
 #: A world size above this is not believed (it would only size lists of missing ranks).
 MAX_WORLD = 1 << 20
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
@@ -54,6 +58,7 @@ class HangSources:
     last_lines: dict[int, str] = field(default_factory=dict)  # rank -> the last line a log shows for it
     logs: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was read only in part
 
     @property
     def fr(self) -> dict[int, Any]:
@@ -156,9 +161,37 @@ def load_sources(path: str | Path, workers: int | None = None) -> HangSources:
                 logs.setdefault(p, None)
     src.logs = list(logs)
     if src.logs:
-        src.nccl = parse_nccl_logs(src.logs)
+        with tempfile.TemporaryDirectory(prefix="traceread-hang-") as tmp:
+            parts, notes = _bounded_logs(src.logs, Path(tmp))
+            src.nccl = parse_nccl_logs(parts)
+            src.nccl["files"] = [str(p) for p in src.logs]
+        src.notes += notes
         src.root_cause_rank, src.last_lines = _log_tails(src.logs, src.problems)
     return src
+
+
+def _bounded_logs(logs: list[Path], tmp: Path) -> tuple[list[Path], list[str]]:
+    """Logs as the watchdog-line parser gets them: whole up to :data:`LOG_PARSE_BYTES`, else their first
+    :data:`LOG_PARSE_HEAD` (NCCL's init lines) and the rest of the budget from their end (the timeouts)."""
+    out: list[Path] = []
+    notes: list[str] = []
+    for i, p in enumerate(logs):
+        size = size_of(p) or 0
+        if size <= LOG_PARSE_BYTES:
+            out.append(p)
+            continue
+        try:
+            head = read_head(p, LOG_PARSE_HEAD)
+            tail, _cut = read_tail(p, LOG_PARSE_BYTES - LOG_PARSE_HEAD)
+        except TraceFileError as exc:
+            notes.append(str(exc))
+            continue
+        part = tmp / f"{i}.log"
+        part.write_bytes(head[: head.rfind(b"\n") + 1] + tail)
+        out.append(part)
+        notes.append(f"{p}: {size:,} bytes; its first {LOG_PARSE_HEAD >> 20} MiB and last "
+                     f"{(LOG_PARSE_BYTES - LOG_PARSE_HEAD) >> 20} MiB were read for watchdog and NCCL lines")
+    return out, notes
 
 
 def _log_tails(logs: list[Path], problems: list[str]) -> tuple[int | None, dict[int, str]]:

@@ -24,8 +24,9 @@ from traceread.analysis.hang.files import read_head, read_tail, regular
 from traceread.analysis.hang.flight_recorder import is_library
 from traceread.errors import TraceFileError
 
-#: The end of a stack file that is parsed (one faulthandler dump of 100 threads is ~100 KB).
-MAX_STACK_BYTES = 4 << 20
+#: The end of a stack file that is parsed (one faulthandler dump of 100 threads is ~100 KB; py-spy with
+#: locals a few hundred KB).
+MAX_STACK_BYTES = 1 << 20
 #: A source file is read up to here to print one of its lines.
 MAX_SOURCE_BYTES = 8 << 20
 
@@ -71,26 +72,28 @@ class RankStack:
 
 
 def _parse_faulthandler(lines: list[str]) -> list[ThreadStack]:
-    dumps: list[list[ThreadStack]] = []
+    """The last dump of the file (only it and the one before it are held: a file of many dumps stays small)."""
+    last: list[ThreadStack] = []
+    dump: list[ThreadStack] = []
+    seen: set[str] = set()
     cur: ThreadStack | None = None
     for line in lines:
         if line.startswith(("Timeout (", "=== ")) or (line.startswith("Fatal Python error") and cur is not None):
-            dumps.append([])
-            cur = None
+            last, dump, seen, cur = (dump or last), [], set(), None
             continue
         m = _FH_THREAD.match(line)
         if m:
             cur = ThreadStack(ident=m.group(1), current=line.startswith("Current"))
-            if not dumps or any(t.ident == cur.ident for t in dumps[-1]):
-                dumps.append([])  # a thread seen again = a new dump appended to the file
-            dumps[-1].append(cur)
+            if cur.ident in seen:  # a thread seen again = a new dump appended to the file
+                last, dump, seen = (dump or last), [], set()
+            seen.add(cur.ident)
+            dump.append(cur)
             continue
         m = _FH_FRAME.match(line)
         if m and cur is not None:
             ln = m.group("line")
             cur.frames.append(Frame(m.group("file"), int(ln) if ln.isdigit() else None, m.group("func")))
-    non_empty = [d for d in dumps if d]
-    return non_empty[-1] if non_empty else []
+    return dump or last
 
 
 def _parse_pyspy(lines: list[str]) -> list[ThreadStack]:
