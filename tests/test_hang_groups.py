@@ -192,3 +192,26 @@ def test_layout_rebuild_needs_a_unique_fit(tmp_path: Path) -> None:
     e = diagnose(tmp_path / "run", workers=1).entry
     assert {c["rank"] for c in e["culprits"]} <= {4, 5}
     assert 4 in {c["rank"] for c in e["culprits"]}
+
+
+def test_report_renderers_show_one_line_per_culprit_first() -> None:
+    """``traceread report`` on a run with a hang: the terminal and the HTML page list every culprit first."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from report_fixture import full_report
+
+    from traceread.build.findings import assemble
+    from traceread.render import html, terminal
+
+    doc = full_report()
+    doc["hang"] = diagnose(DATA / "groups_stop", workers=1).entry
+    doc["findings"] = assemble.build_findings(doc)
+    text = terminal.render_text(doc, top=10, width=400)
+    hang_lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("HANG:")]
+    assert hang_lines[0].startswith("HANG: Rank 5 never joined all_reduce #17 on pg 3 (tp, TENSOR_MODEL_PARALLEL_GROUP)")
+    assert "7 stuck group(s); Flight Recorder: 7 dumps of 7 ranks read" in text
+    page = html.render_html(doc)
+    section = page[page.index('<section id="hang">'):]
+    assert section.index('data-culprit="5"') < section.index("stuck group")
+    assert "reduce_scatter" not in section and "all_reduce #17" in section

@@ -127,8 +127,16 @@ def _other_lines(report: Report, top: int) -> list[str]:
             f"step {s['step']} +{ms(s.get('excess_us'))} ({s.get('cause')})" for s in ss[:top]))
     h = report.get("hang")
     if h:
-        lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: waiting {rank_list(h.get('waiting_ranks') or [])}, "
-                     f"missing {rank_list(h.get('missing_ranks') or [])}")
+        culprits = h.get("culprits") or []
+        if culprits:  # one line per culprit first (docs/hang-and-nccl.md)
+            lines += [f"HANG: {c.get('summary')}" for c in culprits[:top]]
+            if len(culprits) > top:
+                lines.append(f"  … {len(culprits) - top} more culprits (traceread hang RUN)")
+            if h.get("groups"):
+                lines.append(f"  {len(h['groups'])} stuck group(s); {h.get('dumps') or ''}".rstrip("; "))
+        else:
+            lines.append(f"HANG: {h.get('op')} pg {h.get('pg')} seq {h.get('seq')}: waiting "
+                         f"{rank_list(h.get('waiting_ranks') or [])}, missing {rank_list(h.get('missing_ranks') or [])}")
         for r, loc in list((h.get("stacks") or {}).items())[:top]:
             lines.append(f"  rank {r}: {loc}")
     return lines
