@@ -305,15 +305,16 @@ def _rank_state(rank: int, dump: RankDump, job_timing: bool) -> _Rank:
     was recorded in the window) still has them."""
     pending = sorted((o for v in dump.groups.values() for o in v.pending + v.p2p_pending), key=lambda o: o.record_id)
     inside: set[tuple[str, int, bool]] = set()
-    cpu = [o for o in pending if o.backend in GLOO_LIKE or (not o.backend and dump.recorder == "cpu")]
-    gpu = [o for o in pending if o not in cpu]
+    cpu_rec = dump.recorder == "cpu"
+    cpu = [o for o in pending if o.backend in GLOO_LIKE or (not o.backend and cpu_rec)]
+    gpu = [o for o in pending if not (o.backend in GLOO_LIKE or (not o.backend and cpu_rec))]
     if cpu:
         inside.add((cpu[0].pg, cpu[0].seq, cpu[0].is_p2p))  # gloo blocks the calling thread in its oldest op
     timed = [o for o in gpu if job_timing or (dump.groups.get(o.pg) is not None and dump.groups[o.pg].timing)]
     started = [o for o in timed if o.started]
     if started:
         inside.update((o.pg, o.seq, o.is_p2p) for o in started)
-    untimed = [o for o in gpu if o not in timed]
+    untimed = [o for o in gpu if not (job_timing or (dump.groups.get(o.pg) is not None and dump.groups[o.pg].timing))]
     if untimed:
         inside.add((untimed[0].pg, untimed[0].seq, untimed[0].is_p2p))  # in order: the oldest is where it is
     return _Rank(rank, dump, pending, inside)
