@@ -36,6 +36,7 @@ import gc
 import io
 import pickle
 import re
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ MAX_DUMP_BYTES = 256 << 20
 MAX_PICKLE_MEMORY = 1 << 30
 #: Entries read from one dump (FR's buffer is 2,000 by default; torchtitan uses 20,000).
 MAX_ENTRIES = 1_000_000
-#: Pending ops kept per group and rank (the oldest matter; the count of the rest is kept).
-MAX_PENDING = 64
+#: Pending ops kept per group and rank: the oldest matter (where the rank is, the first collective it has not
+#: completed); the count of the rest is kept, and started ones are kept too.
+MAX_PENDING = 8
 #: Completed collectives kept per group and rank, newest (for order evidence).
 KEEP_COMPLETED = 4
 #: Frames read per entry (innermost first).
@@ -101,12 +103,19 @@ def normalize_op(op: str | None) -> str:
     return _LOWER.get(low, low)
 
 
+_LIBRARY_RE = re.compile("|".join(re.escape(m) for m in LIBRARY_MARKERS))
+_LIBRARY_SEEN: dict[str, bool] = {}
+
+
 def is_library(path: str) -> bool:
     """True for torch, site-packages, the standard library and threading frames (``train.py`` is not)."""
-    p = path.replace("\\", "/")
-    if not p.startswith("/"):
-        p = "/" + p
-    return any(m in p for m in LIBRARY_MARKERS)
+    hit = _LIBRARY_SEEN.get(path)
+    if hit is None:
+        p = path.replace("\\", "/")
+        hit = _LIBRARY_RE.search(p if p.startswith("/") else "/" + p) is not None
+        if len(_LIBRARY_SEEN) < 1 << 16:
+            _LIBRARY_SEEN[path] = hit
+    return hit
 
 
 # ----------------------------------------------------------------------------- the summary
@@ -438,15 +447,22 @@ def _op(raw: dict[str, Any], backend: str, op: str, meta: str, pg: str) -> Op:
         state=state,
         started=state in ("started", "completed") or bool(started_ns),
         completed=completed,
-        sizes=sizes_text(raw.get("input_sizes")),
-        out_sizes=sizes_text(raw.get("output_sizes")),
-        dtypes=_dtypes(raw.get("input_dtypes")),
+        sizes="",
+        out_sizes="",
+        dtypes="",
         peer=peer,
         time_ns=created if created else None,
-        timeout_ms=to_int(raw.get("timeout_ms")),
-        where=_where(raw.get("frames")),
         backend=backend,
     )
+
+
+def _detail(o: Op, raw: dict[str, Any]) -> None:
+    """The fields only a kept op needs (printing its sizes and finding its Python line cost the most)."""
+    o.sizes = sys.intern(sizes_text(raw.get("input_sizes")))  # interned: a result carries each text once
+    o.out_sizes = sys.intern(sizes_text(raw.get("output_sizes")))
+    o.dtypes = sys.intern(_dtypes(raw.get("input_dtypes")))
+    o.timeout_ms = to_int(raw.get("timeout_ms"))
+    o.where = _intern(_where(raw.get("frames")))
 
 
 def _status(raw: Any) -> dict[str, tuple[int, int, int]]:
@@ -472,8 +488,12 @@ def _pg_config(raw: Any) -> dict[str, tuple[str, str]]:
             continue  # gloo writes one entry under '' (a known torch bug): useless
         ranks = cfg.get("ranks")
         text = to_text(ranks, 1 << 20) if isinstance(ranks, str) else sizes_text(ranks, 1 << 16)
-        out[name] = (to_text(cfg.get("desc"), 200), text)
+        out[sys.intern(name)] = (sys.intern(to_text(cfg.get("desc"), 200)), sys.intern(text))
     return out
+
+
+def _intern(text: str | None) -> str | None:
+    return None if text is None else sys.intern(text)
 
 
 def _pg_of(e: dict[str, Any]) -> tuple[str, str]:
@@ -486,7 +506,7 @@ def _pg_of(e: dict[str, Any]) -> tuple[str, str]:
     return to_text(pgv, 200), ""
 
 
-def _window(entries: list[Any]) -> tuple[list[int], dict[str, str], dict[str, str]]:
+def _window(entries: list[Any], want_ids: set[str]) -> tuple[list[int], dict[str, str], dict[str, str]]:
     """Indices of the entries worth reading in full, newest last, and pg id -> name, name -> desc.
 
     Scans from the newest entry back and stops after :data:`QUIET_TAIL` completed entries in a row:
@@ -515,7 +535,7 @@ def _window(entries: list[Any]) -> tuple[list[int], dict[str, str], dict[str, st
         quiet = quiet + 1 if done else 0
         if quiet >= QUIET_TAIL:
             break
-    while i >= 0:  # names and descriptions of older groups only
+    while i >= 0 and not want_ids <= id_to_name.keys():  # names of older groups, while pg_status needs one
         e = entries[i]
         i -= 1
         if type(e) is dict:
@@ -538,17 +558,20 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
     if len(entries_raw) > MAX_ENTRIES:
         notes.append(f"{len(entries_raw):,} entries; the last {MAX_ENTRIES:,} were read")
         entries_raw = entries_raw[-MAX_ENTRIES:]
-    keep, id_to_name, descs = _window(entries_raw)
+    status = _status(raw.get("pg_status"))
+    keep, id_to_name, descs = _window(entries_raw, set(status))
     backends: dict[str, None] = {}
     ops: list[Op] = []
     newest: int | None = None
     timing = False
+    raws: dict[int, dict[str, Any]] = {}
     for idx in keep:
         e = entries_raw[idx]
         name, _desc = _pg_of(e)
         backend, opname, meta = _split_cached(e.get("profiling_name"))
         o = _op(e, backend, opname, meta, name)
         ops.append(o)
+        raws[id(o)] = e
         if backend:
             backends.setdefault(backend, None)
         if o.time_ns and (newest is None or o.time_ns > newest):
@@ -559,7 +582,6 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
             timing = True  # start events exist only with TORCH_NCCL_ENABLE_TIMING (or desync debug)
     if any(a.record_id > b.record_id for a, b in zip(ops, ops[1:])):
         ops.sort(key=lambda o: o.record_id)
-    status = _status(raw.get("pg_status"))
     config = _pg_config(raw.get("pg_config"))
     version = raw.get("version")
     comm = to_text(raw.get("comm_lib_version"), 80) or None
@@ -596,6 +618,8 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
     for name, mine in by_pg.items():
         g = groups.setdefault(name, GroupView(name, descs.get(name) or config.get(name, ("", ""))[0]))
         _fold(g, mine)
+        for o in g.pending + g.recent + g.p2p_pending:
+            _detail(o, raws[id(o)])
     main_backend = next(iter(backends), "gloo" if gloo_like else "nccl")
     for g in groups.values():
         if not g.backend:
@@ -637,7 +661,8 @@ def _fold(g: GroupView, mine: list[Op]) -> None:
             g.started = max(g.started, max(st))
     g.completed = min(g.completed, g.enqueued) if g.enqueued >= 0 else g.completed
     pend = sorted((o for o in coll if o.seq > g.completed and not o.completed), key=lambda o: o.seq)
-    g.pending, g.more_pending = pend[:MAX_PENDING], max(0, len(pend) - MAX_PENDING)
+    g.pending = pend[:MAX_PENDING] + [o for o in pend[MAX_PENDING:] if o.started][:MAX_PENDING]
+    g.more_pending = len(pend) - len(g.pending)
     g.recent = sorted((o for o in coll if o.seq <= g.completed), key=lambda o: o.seq)[-KEEP_COMPLETED:]
     g.p2p_pending = [o for o in mine if o.is_p2p and not o.completed][:MAX_PENDING]
     for o in mine:
