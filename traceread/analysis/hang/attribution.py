@@ -403,7 +403,8 @@ def _check_mismatch(s: Stuck) -> None:
 def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attribution:
     """The whole decision (see the module docstring)."""
     if world is None:
-        seen = set(dumps) | {r for d in dumps.values() for _desc, text in d.pg_config.values() for r in parse_ranks(text)}
+        texts = {text for d in dumps.values() for _desc, text in d.pg_config.values()}  # each distinct list once
+        seen = set(dumps) | {r for text in texts for r in parse_ranks(text)}
         world = max(seen) + 1 if seen else None
     groups, notes = build_groups(dumps, world)
     timing = any(v.timing for d in dumps.values() for v in d.groups.values())

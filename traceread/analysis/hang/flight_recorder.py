@@ -427,7 +427,7 @@ def rank_from_name(path: str | Path) -> int | None:
 
 def _op(raw: dict[str, Any], backend: str, op: str, meta: str, pg: str) -> Op:
     is_p2p = raw.get("is_p2p") is True or op in ("send", "recv")
-    seq = to_int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id"))
+    seq = to_int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id", raw.get("seq_id")))  # "seq_id": pre-2.4
     state = to_text(raw.get("state"), 16)
     started_ns = to_int(raw.get("time_discovered_started_ns"))
     retired = raw.get("retired") is True
