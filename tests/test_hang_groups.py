@@ -215,3 +215,30 @@ def test_report_renderers_show_one_line_per_culprit_first() -> None:
     section = page[page.index('<section id="hang">'):]
     assert section.index('data-culprit="5"') < section.index("stuck group")
     assert "reduce_scatter" not in section and "all_reduce #17" in section
+
+
+def test_simulator_writes_torchs_format(tmp_path: Path) -> None:
+    """The simulator's pickles have the keys, value types and pickle opcodes of a real torch 2.13 dump."""
+    import pickle
+    import pickletools
+
+    real_bytes = (DATA / "groups_skip" / "nccl_trace_rank_4").read_bytes()  # written by torch (tests/jobs)
+    simulate_hang(tmp_path, HangKnobs(tp=2, pp=2, dp=2, buffer=64, faults=[(1, 0.5)]))
+    sim_bytes = (tmp_path / "nccl_trace_rank_4").read_bytes()
+    real, sim = pickle.loads(real_bytes), pickle.loads(sim_bytes)  # our own files
+    assert list(sim) == list(real)  # version, pg_config, comm_lib_version, pg_status, entries: torch's order
+    assert sim["version"] == real["version"] == "2.10"
+    r_entry, s_entry = real["entries"][-1], sim["entries"][-1]
+    assert set(s_entry) - set(r_entry) <= {"duration_ms"}  # NCCL with timing adds it; gloo never does
+    assert set(r_entry) <= set(s_entry)
+    for key, value in r_entry.items():
+        assert type(s_entry[key]) is type(value) or value is None or s_entry[key] is None, key
+    for status in (real["pg_status"], sim["pg_status"]):
+        assert all(set(v) == {"last_enqueued_collective", "last_started_collective", "last_completed_collective"}
+                   for v in status.values())
+    assert all(set(v) == {"name", "desc", "ranks"} for v in sim["pg_config"].values())
+    ops = {op.name for op, _arg, _pos in pickletools.genops(real_bytes)}
+    # the same protocol-2 opcodes; a float (duration_ms), a one-item list, a memo past 255 entries are the others
+    assert {op.name for op, _arg, _pos in pickletools.genops(sim_bytes)} <= ops | {"BINFLOAT", "APPEND", "LONG_BINPUT",
+                                                                                   "LONG_BINGET"}
+    assert not {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ"} & ops

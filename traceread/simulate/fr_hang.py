@@ -314,6 +314,8 @@ def recorder(k: HangKnobs, lay: Layout, out: Outcome, r: int, history: int) -> R
             record = step * per_step + idx
             if record < first:
                 continue
+            started: int | None
+            completed: int | None
             if step < history:  # a healthy step: everything completed
                 t_start = base_ns + int((out.start[r][i] or 0.0) * 1000) if out.start[r][i] is not None else base_ns
                 started, completed = t_start, t_start + int(cost * 1000)
@@ -326,7 +328,7 @@ def recorder(k: HangKnobs, lay: Layout, out: Outcome, r: int, history: int) -> R
                 created = started
             members = lay.members(name)
             pair = (members.index(r), members.index(peer)) if kind in (S, R) else None
-            where = WHERE.get((role, op)) or WHERE.get(("world", "all_reduce"))  # type: ignore[assignment]
+            where = WHERE.get((role, op)) or WHERE[("world", "all_reduce")]
             entries.append(Entry(pg=name, local_id=local[name], desc=descs[name], op=op, coll_seq=coll_seq,
                                  p2p_seq=p2p_seq if kind in (S, R) else 0, op_id=op_id, is_p2p=kind in (S, R),
                                  peer=pair, sizes=SIZES[role], dtype=DTYPES[role], created_ns=created,

@@ -143,10 +143,10 @@ def build_groups(dumps: Mapping[int, RankDump], world: int | None) -> tuple[dict
             views.setdefault(name, {})[r] = v
             if v.desc and name not in descs:
                 descs[name] = v.desc
-        for name, cfg in d.pg_config.items():
-            config.setdefault(name, cfg)
-            if cfg[0] and name not in descs:
-                descs[name] = cfg[0]
+        for name, conf in d.pg_config.items():
+            config.setdefault(name, conf)
+            if conf[0] and name not in descs:
+                descs[name] = conf[0]
     groups: dict[str, Group] = {}
     for name in sorted(set(views) | set(config), key=_order):
         vs = views.get(name, {})
@@ -473,17 +473,17 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
         for h in hs:
             reverse.setdefault(h, set()).add(w)
     for c in culprits.values():
-        seen: set[int] = set()
+        reached: set[int] = set()
         todo = [c.rank]
         while todo:
             x = todo.pop()
             for w in reverse.get(x, ()):
-                if w not in seen and w != c.rank:
-                    seen.add(w)
+                if w not in reached and w != c.rank:
+                    reached.add(w)
                     todo.append(w)
         if c.why == "mismatch" and c.stuck is not None:
-            seen |= set(c.stuck.waiting) - {c.rank}
-        c.victims = sorted(seen)
+            reached |= set(c.stuck.waiting) - {c.rank}
+        c.victims = sorted(reached)
         if c.rank in ranks:
             c.positions = {pg: (v.enqueued, v.completed) for pg, v in sorted(ranks[c.rank].dump.groups.items(),
                                                                                key=lambda kv: _order(kv[0]))}

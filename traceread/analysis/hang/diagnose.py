@@ -30,7 +30,7 @@ from traceread.analysis.hang.sources import HangSources, error_message, error_ti
 from traceread.analysis.hang.stack_dumps import collective_call, source_line, stuck_frame
 from traceread.errors import TraceReadError
 from traceread.fmt import rank_runs
-from traceread.report_schema import HangCulprit, HangEntry, HangGroup
+from traceread.report_schema import HangBehind, HangCulprit, HangEntry, HangGroup
 
 __all__ = ["HangDiagnosis", "HangSources", "diagnose", "diagnose_hang", "headline", "normalize_op"]
 
@@ -83,11 +83,11 @@ def _group_json(s: Stuck) -> HangGroup:
         if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
             note += ("; Flight Recorder recorded no start events, so it cannot tell which GPU never started it "
                      "(set TORCH_NCCL_ENABLE_TIMING=1)")
-    behind = []
+    behind: list[HangBehind] = []
     for r, why in sorted(s.behind.items()):
         v = g.views.get(r)
-        behind.append({"rank": r, "why": why, "enqueued": v.enqueued if v else None,
-                       "completed": v.completed if v else None})
+        behind.append(HangBehind(rank=r, why=why, enqueued=v.enqueued if v else None,
+                                 completed=v.completed if v else None))
     return HangGroup(
         pg=g.pg, desc=g.desc, role=g.role, role_from=g.role_why, op=s.ref.op if s.ref else "unknown", seq=s.seq,
         sizes=s.ref.sizes if s.ref else "", dtype=s.ref.dtypes if s.ref else "", members=len(g.members),

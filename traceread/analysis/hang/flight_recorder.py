@@ -588,10 +588,10 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
     # pg_status ids without an entry: name them by creation order when the count allows it
     unmapped = [k for k in status if k not in id_to_name]
     if unmapped and rank is not None and config:
-        mine = sorted((n for n, (_d, r) in config.items() if _in_ranks(rank, r)), key=_name_order)
+        member_of = sorted((n for n, (_d, r) in config.items() if _in_ranks(rank, r)), key=_name_order)
         ids = sorted(status, key=lambda k: (to_int(k) is None, to_int(k) or 0))
-        if len(mine) == len(ids) and all(id_to_name.get(i, n) == n for i, n in zip(ids, mine)):
-            id_to_name.update(zip(ids, mine))
+        if len(member_of) == len(ids) and all(id_to_name.get(i, n) == n for i, n in zip(ids, member_of)):
+            id_to_name.update(zip(ids, member_of))
             unmapped = []
     groups: dict[str, GroupView] = {}
     by_pg: dict[str, list[Op]] = {}
@@ -599,11 +599,11 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
         by_pg.setdefault(o.pg, []).append(o)
     gloo_like = set(backends) <= {"gloo", "mpi", "ucc"} and not comm
     for key, (enq_st, start_st, comp_st) in status.items():
-        name = id_to_name.get(key)
-        if name is None:
+        pg_name = id_to_name.get(key)
+        if pg_name is None:
             continue
-        g = groups.setdefault(name, GroupView(name, descs.get(name) or config.get(name, ("", ""))[0]))
-        mine = by_pg.get(name, [])
+        g = groups.setdefault(pg_name, GroupView(pg_name, descs.get(pg_name) or config.get(pg_name, ("", ""))[0]))
+        mine = by_pg.get(pg_name, [])
         newest_op = mine[-1] if mine else None
         newest_done = next((o for o in reversed(mine) if o.completed), None)
         # a p2p work's seq lands in pg_status on NCCL: trust it only after a collective (or with no entry)
