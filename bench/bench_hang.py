@@ -4,8 +4,10 @@ Writes (once; reused while its truth.json matches the knobs) a simulated Megatro
 (:mod:`traceread.simulate.fr_hang`: TP x PP x DP with expert parallelism, 1F1B with micro-batches in
 flight, two GPUs that stop mid-step, NCCL recorder pickles of ``--buffer`` entries each, Python frames
 included), then runs ``traceread hang DIR --format json`` in a fresh process and reports its wall time,
-the peak RSS of its whole process tree (sampled from /proc: the driver and the engine's workers), and
-whether the culprits and the stuck groups equal the simulator's truth.
+the CPU seconds of all its processes (the driver and the engine's workers: the number that does not depend
+on what else the machine runs; wall time on N idle cores is about CPU / N), the load average meanwhile,
+the peak RSS of its whole process tree (sampled from /proc), and whether the culprits and the stuck
+groups equal the simulator's truth.
 
     python bench/bench_hang.py                          # 4,096 ranks x 2,000 entries, 2 workers
     python bench/bench_hang.py --ranks 256 --workers 2
@@ -38,19 +40,23 @@ LAYOUTS = {  # ranks -> (tp, pp, dp, ep)
 }
 
 CHILD = r"""
-import json, sys, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
+load0 = os.getloadavg()[0]
 from traceread.analysis.hang.diagnose import diagnose
 folder, workers = sys.argv[1], int(sys.argv[2])
 d = diagnose(folder, workers=workers)
 t1 = time.perf_counter()
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 truth = json.load(open(folder + "/truth.json"))
 e = d.entry
 named = sorted((c["rank"], c["why"]) for c in e["culprits"])
 want = sorted((c["rank"], c["why"]) for c in truth["culprits"])
 got = {(g["pg"], g["seq"]): sorted(g["waiting"]) for g in e["groups"] if g["op"] not in ("send", "recv")}
 stuck = {(s["pg"], s["seq"]): s["waiting"] for s in truth["stuck"]}
-print({"diagnose_s": round(t1 - t0, 2), "culprits_equal_truth": named == want, "culprits": named,
+print({"diagnose_s": round(t1 - t0, 2), "cpu_s": round(cpu, 1), "load": round((load0 + os.getloadavg()[0]) / 2, 1),
+       "culprits_equal_truth": named == want, "culprits": named,
        "stuck_groups": len(stuck), "stuck_groups_equal_truth": got == stuck, "dumps": e["dumps"]})
 """
 
@@ -96,11 +102,12 @@ def main() -> None:
                          capture_output=True, text=True, env=env)
     print(f"{args.ranks} ranks x {args.buffer} entries ({tp=} {pp=} {dp=} {ep=}), {size / 2**30:.2f} GiB of pickles"
           + (f", written in {gen_s:.0f} s" if fresh else " (reused)"))
-    print("| ranks | entries/rank | workers | wall s | diagnose s | peak RSS GiB (tree) | culprits = truth | "
-          "stuck groups = truth |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| {args.ranks:,} | {args.buffer:,} | {args.workers} | {r['wall_s']} | {r.get('diagnose_s')} | {r['peak_gib']} | "
-          f"{r.get('culprits_equal_truth')} | {r.get('stuck_groups_equal_truth')} ({r.get('stuck_groups')}) |")
+    print("| ranks | entries/rank | workers | wall s | CPU s (all processes) | load avg | peak RSS GiB (tree) | "
+          "culprits = truth | stuck groups = truth |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| {args.ranks:,} | {args.buffer:,} | {args.workers} | {r['wall_s']} | {r.get('cpu_s')} | {r.get('load')} | "
+          f"{r['peak_gib']} | {r.get('culprits_equal_truth')} | {r.get('stuck_groups_equal_truth')} "
+          f"({r.get('stuck_groups')}) |")
     print(cli.stdout.splitlines()[0] if cli.stdout else cli.stderr[-500:])
     if r.get("stderr"):
         print(r["stderr"])
