@@ -1,12 +1,14 @@
 # Two commands for a fresh machine (see README):
 #   make demo   installs traceread and reports on a sample run
 #   make test   installs traceread with its test tools and runs the whole suite
+# and for contributors:
+#   make lint   ruff (lint + import order) and mypy, configured in pyproject.toml
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO   ?= sample_traces/ddp_straggler_h100
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(VENV)/.core: pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,8 +29,12 @@ test: $(VENV)/.dev
 	bash scripts/ensure-chromium.sh
 	$(PY) -m pytest -n 2 -q
 
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check traceread tests bench scripts
+	$(VENV)/bin/mypy
+
 bench: $(VENV)/.dev
 	PYTHON=$(PY) bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache demo-report.html
+	rm -rf $(VENV) .pytest_cache .mypy_cache demo-report.html

@@ -36,7 +36,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 PSUTIL_SHIM = r"""
 import sys, types
 try:
-    import psutil  # noqa: F401
+    import psutil  # noqa: F401 - only whether it is there
 except ImportError:
     m = types.ModuleType("psutil")
     class _VM:

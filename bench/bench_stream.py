@@ -13,7 +13,8 @@ tree = "in all"):
 The machine is shared, so every traceread row runs ``--repeat`` times (default 2) and the best
 wall time is kept (with its own RSS and CPU time). CPU time (user + system of the whole process
 tree, from ``RUSAGE_CHILDREN``) is printed beside wall time: on a loaded box it is the steadier
-measure of the work done, and its ratio to the floor's the steadier ratio. Prints one markdown row per measurement and a JSON line.
+measure of the work done, and its ratio to the floor's the steadier ratio. Prints one markdown row per
+measurement and a JSON line.
 
     python bench/make_large.py --set a100 --ranks 8 --mb 31
     python bench/bench_stream.py bench/data/a100_8x31 --hta
@@ -144,7 +145,7 @@ def main() -> None:
 
 def _uncompressed(f: Path) -> int:
     sys.path.insert(0, str(REPO / "bench"))
-    from floor import _chunks  # noqa: PLC0415 - the floor's own inflater
+    from floor import _chunks  # the floor's own inflater
 
     return sum(len(c) for c in _chunks(f))
 

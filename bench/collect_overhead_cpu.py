@@ -72,7 +72,7 @@ def main() -> None:
                 if side == "plain":
                     plain.append(timed(lambda: job(args.steps)))
                 else:
-                    coll.append(timed(lambda: [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run),
+                    coll.append(timed(lambda run=run: [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run),
                                                "--overwrite", "--", *job(args.steps)]))
                     assert len(list((run / "traces").glob("rank*.pt.trace.json.gz"))) == 2, "no traces written"
             print(f"run {i}: plain {plain[-1]:.2f} s, collect {coll[-1]:.2f} s", flush=True)

@@ -582,7 +582,7 @@ def _run_in_process(argv: list[str]) -> dict[str, Any]:
             main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - this is what we count
+    except BaseException:  # this is what we count
         tb = traceback.format_exc()
         code = None
     finally:

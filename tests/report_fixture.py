@@ -106,8 +106,9 @@ def full_report() -> dict[str, Any]:
             "per_stage": [{"rank": r, "stage": r, "bubble_pct": 28.0 + r, "idle_us": 30_000.0,
                            "p2p_wait_us": 2_000.0, "compute_us": 68_000.0} for r in range(4)],
             "timeline": [
-                {"stage": st, "start_us": 1_000.0 + st * 5_000.0 + m * 6_000.0, "end_us": 1_000.0 + st * 5_000.0 + m * 6_000.0 + 5_000.0,
-                 "kind": "fwd"} for st in range(4) for m in range(8)
+                {"stage": st, "start_us": 1_000.0 + st * 5_000.0 + m * 6_000.0,
+                 "end_us": 1_000.0 + st * 5_000.0 + m * 6_000.0 + 5_000.0, "kind": "fwd"}
+                for st in range(4) for m in range(8)
             ] + [
                 {"stage": st, "start_us": 60_000.0 + (3 - st) * 5_000.0 + m * 6_000.0,
                  "end_us": 60_000.0 + (3 - st) * 5_000.0 + m * 6_000.0 + 5_500.0, "kind": "bwd"}

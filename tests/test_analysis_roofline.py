@@ -175,7 +175,7 @@ def test_mi300_bert_against_raw_events(shared_traces: Path) -> None:
     raw = [(e["ts"], e["args"]) for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"]
     table = ops.filter(pl.col("name") == "aten::addmm").sort("ts")
     assert table.height == len(raw) == 26
-    for (ts, args), r in zip(sorted(raw, key=lambda x: x[0]), table.iter_rows(named=True)):
+    for (_ts, args), r in zip(sorted(raw, key=lambda x: x[0]), table.iter_rows(named=True)):
         (m, k), (_, n) = args["Input Dims"][1], args["Input Dims"][2]
         assert r["flops"] == 2 * m * n * k
         assert r["kernel_time_us"] == pytest.approx(kernels[args["External id"]], abs=1e-9)

@@ -3,7 +3,7 @@
     read → engine → analysis → build → compare → render / export → commands → cli
 
 Below them all sit the leaves (``errors``, ``model``, ``intervals``, ``options``, ``report_schema``,
-``textsafe``, ``fmt``): vocabulary every stage may use, importing nothing above it. ``collect`` and
+``textsafe``, ``fmt``, ``devices``): vocabulary every stage may use, importing nothing above it. ``collect`` and
 ``simulate`` stand beside the path and use only the leaves and ``read``'s formats.
 
 Checked on the source: every import statement counts, the ones inside functions too (they run), so
@@ -18,7 +18,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "traceread"
 
-LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt")
+LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt", "devices")
 #: stage -> its rank on the path; a module may import its own stage, a lower one, or a leaf.
 STAGES = {"read": 1, "engine": 2, "analysis": 3, "build": 4, "compare": 5, "render": 6, "export": 6,
           "commands": 7, "cli": 8}

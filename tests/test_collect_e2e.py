@@ -132,7 +132,7 @@ def test_hang_detected_dumped_and_killed(tmp_path: Path) -> None:
     s0 = (run / "stacks" / "rank0.txt").read_text()
     s1 = (run / "stacks" / "rank1.txt").read_text()
     assert "in all_reduce" in s0  # the victim waits in the collective
-    culprit_line = next(i for i, l in enumerate(JOB.read_text().splitlines(), 1) if "traceread-test: culprit line" in l)
+    culprit_line = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if "traceread-test: culprit line" in line)
     assert f'ddp_train.py", line {culprit_line} in stuck_in_data_loading' in s1
     fr = [json.loads((run / "fr" / f"rank{r}.json").read_text()) for r in (0, 1)]
     enq = [int(d["pg_status"]["0"]["last_enqueued_collective"]) for d in fr]

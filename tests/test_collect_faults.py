@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 pytest.importorskip("torch")
-from test_collect_e2e import free_port  # noqa: E402
+from test_collect_e2e import free_port
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 FAULT_JOB = JOBS / "fault_train.py"
@@ -108,7 +108,7 @@ def test_rank_sigkilled_mid_step(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0  # torchrun reports the failed worker ...
     assert run_json(run)["exit_code"] == proc.returncode  # ... and that code is what collect exits with
-    assert "Traceback" not in "\n".join(l for l in err.splitlines() if l.startswith("[traceread]"))
+    assert "Traceback" not in "\n".join(line for line in err.splitlines() if line.startswith("[traceread]"))
     assert_traces_readable(run, [0, 1])  # written at step 4, before the kill at step 8
     assert_no_orphans(seen)
 

@@ -92,7 +92,8 @@ def test_bootstrap_chains_existing_sitecustomize_and_acts_only_in_ranks(tmp_path
     (user / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
     run = tmp_path / "run"
     env, _ = collect_env(run, {"PYTHONPATH": str(user)}, {}, 999999)
-    code = "import os, sys; print(os.environ.get('USER_SITE_RAN'), '_traceread_rank' in sys.modules, os.environ.get('TRACEREAD_INJECTED_PID'))"
+    code = ("import os, sys; print(os.environ.get('USER_SITE_RAN'), '_traceread_rank' in sys.modules, "
+            "os.environ.get('TRACEREAD_INJECTED_PID'))")
     # not a rank: chained user sitecustomize ran, nothing installed
     out = _run_python(code, {k: env[k] for k in ("PYTHONPATH", "TRACEREAD_RUN_DIR", "TRACEREAD_CONFIG",
                                                  "TRACEREAD_LAUNCHER_PID")}, tmp_path)

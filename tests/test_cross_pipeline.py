@@ -71,7 +71,8 @@ def build(P: int, M: int, schedule: str, steps: int = 2, f: float = 100.0, b: fl
                 act[r] = pl.concat([act[r], pl.DataFrame(a, schema=ACTIVITY_SCHEMA)]) if r in act else \
                     pl.DataFrame(a, schema=ACTIVITY_SCHEMA)
 
-            def p2p(rank: int, op: str, src: int, dst: int, launch: float, ts: float, e: float) -> None:
+            def p2p(rank: int, op: str, src: int, dst: int, launch: float, ts: float, e: float,
+                    t0: float = t0, s: int = s) -> None:
                 rows.append(dict(rank=rank, backend="nccl", stream=21, kernel="ncclDevKernel_SendRecv", op=op,
                                  p2p=True, pg="0", pg_desc="default_pg", pg_ranks=None, group_size=P * dp,
                                  dtype="BFloat16", in_nelems=1000, out_nelems=1000, seq=None, comms_id=None,
@@ -142,13 +143,13 @@ def test_interleaved_ring_gives_virtual_stages() -> None:
                              launch_ts=t, step=0))
         t += 10.0
 
-    for j in range(M):
+    for _ in range(M):
         for c in range(v):
             for i in range(P - 1):
                 xfer(i, i + 1)
             if c < v - 1:
                 xfer(P - 1, 0)
-    for j in range(M):
+    for _ in range(M):
         for c in range(v):
             for i in range(P - 1, 0, -1):
                 xfer(i, i - 1)

@@ -143,7 +143,8 @@ def test_mixed_runs_are_split_not_refused(tmp_path: Path) -> None:
         d = tmp_path / f"run{run}"
         simulate("ddp", d, ranks=2, steps=2, first_step=first, seed=run)
         for r in range(2):
-            shutil.copy(d / f"rank{r}.pt.trace.json.gz", folder / f"node_{100 * run + r}.{T0_MS + run * 3_600_000}.pt.trace.json.gz")
+            shutil.copy(d / f"rank{r}.pt.trace.json.gz",
+                        folder / f"node_{100 * run + r}.{T0_MS + run * 3_600_000}.pt.trace.json.gz")
     rep = build_report([folder], _opts())
     assert [(c["run"], c["cycle"]) for c in rep["source"]["cycles"]] == [(1, 1), (2, 1)]
     assert rep["source"]["cycle"]["run"] == 2 and {Path(e["file"]).name[:8] for e in rep["ranks"]} == {"node_200", "node_201"}
@@ -266,7 +267,8 @@ def test_per_host_layout_is_one_run(tmp_path: Path) -> None:
     for host, r in (("nodeA", 0), ("nodeB", 1)):
         (run / host / "traces" / "cycle1").mkdir(parents=True)
         (run / host / "run.json").write_text(json.dumps({"layout": "per-host"}))
-        shutil.copy(tmp_path / "sim" / f"rank{r}.pt.trace.json.gz", run / host / "traces" / "cycle1" / f"rank{r}.pt.trace.json.gz")
+        shutil.copy(tmp_path / "sim" / f"rank{r}.pt.trace.json.gz",
+                    run / host / "traces" / "cycle1" / f"rank{r}.pt.trace.json.gz")
     facts = [cycles.name_facts(p) for p in sorted(run.rglob("*.gz"))]
     got = cycles.group_cycles(facts)
     assert [(c.label, c.ranks) for c in got] == [("1:1", [0, 1])]

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-import test_collect_e2e  # noqa: E402  (same launcher helper: torchrun on a free port)
-from test_collect_e2e import collect  # noqa: E402
+import test_collect_e2e  # (same launcher helper: torchrun on a free port)
+from test_collect_e2e import collect
 
-from traceread.build.report import ReportOptions, build_report  # noqa: E402
-from traceread.cli import cli  # noqa: E402
+from traceread.build.report import ReportOptions, build_report
+from traceread.cli import cli
 
 pytestmark = pytest.mark.slow
 COMPILE_JOB = Path(__file__).resolve().parent / "jobs" / "compile_train.py"

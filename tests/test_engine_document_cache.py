@@ -77,7 +77,8 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
     probe = ("import sys, runpy; sys.argv = {argv!r}\n"
              "try:\n    runpy.run_module('traceread.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'numpy', 'pyarrow') "
-             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.build.rank_map', 'traceread.build.run_map')))\n"
+             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.build.rank_map', "
+             "'traceread.build.run_map')))\n"
              "print(heavy)").format(argv=["traceread", *cmd[3:]])
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

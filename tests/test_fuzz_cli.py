@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import fuzz_cli  # noqa: E402
+import fuzz_cli
 
 pytestmark = pytest.mark.slow
 KINDS = len(fuzz_cli.MUTATIONS) + len(fuzz_cli.SPECIALS)

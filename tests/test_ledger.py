@@ -194,8 +194,10 @@ def test_terminal_ledger_stays_compact_for_many_ranks() -> None:
     """1200 ranks: the critical rank and the slowest others are drawn, plus the mean, and it says so."""
     from traceread.render import ledger_view, terminal
 
-    parts = lambda r, us: [{"category": "compute_bound", "role": None, "rank": r, "us": us},  # noqa: E731
-                           {"category": "comm_wait", "role": "dp", "rank": r, "us": 100.0}]
+    def parts(r: int, us: float) -> list[dict]:
+        return [{"category": "compute_bound", "role": None, "rank": r, "us": us},
+                {"category": "comm_wait", "role": "dp", "rank": r, "us": 100.0}]
+
     ranks = [{"rank": r, "ledger": {"step": 3, "step_us": 1000.0 + r % 7, "parts": parts(r, 900.0 + r % 7)},
               "steps": [{"step": 3, "start_us": 0.0, "duration_us": 1000.0 + r % 7}]} for r in range(1200)]
     doc = {"schema": "traceread.report/1", "source": {}, "ranks": ranks, "findings": [],

@@ -96,7 +96,7 @@ def test_nesting_matches_brute_force(dlrm: list[RankTrace]) -> None:
     assert (depth[~has] == 0).all()
     assert (depth[has] == depth[parent[has].astype(int)] + 1).all()
     cats = sub["cat"].to_list()
-    for i, a in enumerate(op_anc):
+    for a in op_anc:
         if a >= 0:
             assert cats[a] == "cpu_op"
 

@@ -364,6 +364,17 @@ def test_cli_model_shape_adds_attention_flops(tmp_path: Path, ddp_straggler: tup
     assert "--n-layers" in runner.invoke(report_cmd.report, ["--help"]).output
 
 
+@pytest.mark.shared
+def test_rank_says_why_its_mfu_is_missing(shared_traces: Path) -> None:
+    """A trace without recorded shapes has no trace MFU and the rank says why (``mfu_note``); a
+    formula MFU (--params) replaces both the number and the reason."""
+    run = shared_traces / "hta_critical_path_alexnet"
+    r = build_report([run], opts())["ranks"][0]
+    assert r["mfu_pct"] is None and "record_shapes" in r["mfu_note"]
+    f = build_report([run], opts(params=6.1e7, tokens_per_step=128.0))["ranks"][0]
+    assert f["mfu_pct"] is not None and "mfu_note" not in f
+
+
 def test_formula_mfu_from_params(ddp_straggler: tuple[Path, dict]) -> None:
     from traceread.analysis.hardware import resolve_device
 

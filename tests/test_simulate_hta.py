@@ -31,7 +31,7 @@ def _hta(tmp_path_factory: pytest.TempPathFactory, scenario: str, **knobs):  # t
     try:
         from hta.configs.env_options import HTAEnvOptions
         from hta.trace_analysis import TraceAnalysis
-    except Exception as exc:  # noqa: BLE001 - HTA or one of its undeclared deps (psutil) missing
+    except Exception as exc:  # HTA or one of its undeclared deps (psutil) missing
         pytest.skip(f"HTA not importable: {exc}")
     out = tmp_path_factory.mktemp("sim")
     truth = simulate(scenario, out, **knobs)

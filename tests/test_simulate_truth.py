@@ -292,7 +292,7 @@ def test_ledger_json_shape_and_agreement_with_the_breakdown(case: str, ledger_ru
     """The ledger refines the independent interval breakdown of the same step: compute categories sum to
     |COMP|, exposed_memcpy equals |MEMCPY − COMP − COMM|; the one-rank view differs only in waits."""
     truth = ledger_runs[case]
-    for r, rt in truth["ranks"].items():
+    for rt in truth["ranks"].values():
         assert set(rt["ledger"]) == {str(s) for s in truth["steps"]}
         for st in rt["steps"]:
             led, loc = rt["ledger"][str(st["step"])], rt["ledger_local"][str(st["step"])]
@@ -311,8 +311,7 @@ def test_ledger_json_shape_and_agreement_with_the_breakdown(case: str, ledger_ru
             for key in set(led) | set(loc):
                 if not key.startswith(("comm_", "bubble")):
                     assert led.get(key) == loc.get(key)
-            waits = lambda d: sum(v for k, v in d.items() if k.startswith(("comm_", "bubble")))  # noqa: E731
-            assert waits(led) == pytest.approx(waits(loc), abs=1e-6)
+            assert _waits(led) == pytest.approx(_waits(loc), abs=1e-6)
     job = truth["ledger"]
     assert set(job) == {"step", "step_us", "critical_rank", "parts"}
     assert job == truth["ledger_by_step"][str(job["step"])]
@@ -475,3 +474,8 @@ def test_layout_nodes_are_machines_of_at_most_eight_gpus(tmp_path: Path) -> None
     truth = simulate("ddp", tmp_path, ranks=16, **SMALL)
     assert truth["layout"]["groups"][0]["nodes"] == [0, 1]
     assert [truth["ranks"][str(r)]["node"] for r in (0, 7, 8, 15)] == [0, 0, 1, 1]
+
+
+def _waits(ledger: dict[str, float]) -> float:
+    """Time a ledger spends waiting: communication and pipeline bubble."""
+    return sum(v for k, v in ledger.items() if k.startswith(("comm_", "bubble")))

@@ -12,8 +12,9 @@ import sys
 import click
 
 from traceread import __version__
+from traceread.commands.fail import error_line
 from traceread.errors import EXIT_BAD_INPUT, TraceReadError
-from traceread.textsafe import clean, clean_lines
+from traceread.textsafe import clean_lines
 
 # name -> (module, attribute, one-line help shown by `traceread --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -22,7 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
     "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
-    "export": ("traceread.commands.export", "export", "Merge every rank into one Perfetto timeline on one clock, findings marked."),
+    "export": ("traceread.commands.export", "export",
+               "Merge every rank into one Perfetto timeline on one clock, findings marked."),
 }
 
 
@@ -71,11 +73,12 @@ def main() -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.message = clean_lines(exc.message)  # may quote a file name
+        # may quote a file name; click declares ``message`` Final, yet show() prints exactly it
+        exc.message = clean_lines(exc.message)  # type: ignore[misc]
         exc.show()
         sys.exit(exc.exit_code)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
+        click.echo(error_line(str(exc)), err=True)
         sys.exit(EXIT_BAD_INPUT)
     except SystemExit:
         raise

@@ -36,7 +36,7 @@ def guarded(name: str, warnings: list[str], fn: Callable[[], Any], default: Any 
     of the document empty and says why, and the report goes on."""
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - the report must survive any single analysis
+    except Exception as exc:  # the report must survive any single analysis
         where = traceback.extract_tb(exc.__traceback__)[-1]
         warnings.append(f"{name} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
                         f"({Path(where.filename).name}:{where.lineno})")
@@ -45,6 +45,5 @@ def guarded(name: str, warnings: list[str], fn: Callable[[], Any], default: Any 
 
 # Exit codes shared by every subcommand (documented in the README).
 EXIT_OK = 0
-EXIT_FINDINGS = 0  # findings are not an error; use --fail-on to change (report command)
 EXIT_BAD_INPUT = 2  # unreadable / inconsistent input
 EXIT_NO_TRACES = 3  # nothing usable was found

@@ -40,7 +40,7 @@ def rank_runs(ranks: Iterable[int]) -> list[str]:
         return []
     parts: list[str] = []
     start = prev = rs[0]
-    for r in rs[1:] + [None]:  # type: ignore[list-item]
+    for r in rs[1:] + [None]:
         if r is not None and r == prev + 1:
             prev = r
             continue

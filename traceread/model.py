@@ -9,9 +9,12 @@ never invented.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 #: Bumped whenever a column or its meaning changes; part of the parse-cache key.
 READER_VERSION = "1"
@@ -33,7 +36,7 @@ COMM_ARGS: dict[str, str] = {
     "Dst Rank": "dst_rank",
 }
 
-COMM_SCHEMA: dict[str, pl.DataType] = {
+COMM_SCHEMA: dict[str, PolarsDataType] = {
     "coll_name": pl.Utf8,
     "in_nelems": pl.Int64,
     "out_nelems": pl.Int64,
@@ -49,7 +52,7 @@ COMM_SCHEMA: dict[str, pl.DataType] = {
 }
 
 #: GPU activity: one row per kernel, memcpy or memset (``ph == "X"``), sorted by ``ts``.
-GPU_SCHEMA: dict[str, pl.DataType] = {
+GPU_SCHEMA: dict[str, PolarsDataType] = {
     "kind": pl.Utf8,  # "kernel" | "memcpy" | "memset"
     "name": pl.Utf8,
     "device": pl.Int64,
@@ -78,7 +81,7 @@ GPU_SCHEMA: dict[str, pl.DataType] = {
 
 #: Host activity: one row per host-side complete event (``ph == "X"``), in file order of ``ts``.
 #: ``row`` equals the row position and is what ``parent``, ``launch_row`` and ``op_row`` point to.
-HOST_SCHEMA: dict[str, pl.DataType] = {
+HOST_SCHEMA: dict[str, PolarsDataType] = {
     "row": pl.Int64,
     # Normalised category: cpu_op, user_annotation, gpu_user_annotation, python_function,
     # cuda_runtime, cuda_driver, cuda_sync, cpu_instant_event, Trace, ... Legacy 2021 names are
@@ -104,7 +107,7 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 #: ``ProfilerStep#N`` windows as the host recorded them (one row per step, host copy only).
-STEP_SCHEMA: dict[str, pl.DataType] = {
+STEP_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int64,
     "ts": pl.Float64,
     "dur": pl.Float64,
@@ -113,7 +116,7 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 }
 
 #: Flow arrows: ``ac2g`` (CPU launch -> GPU activity) and ``fwdbwd`` (forward op -> backward op).
-FLOW_SCHEMA: dict[str, pl.DataType] = {
+FLOW_SCHEMA: dict[str, PolarsDataType] = {
     "kind": pl.Utf8,  # "ac2g" | "fwdbwd" | other flow category
     "id": pl.Int64,
     "src_ts": pl.Float64,
@@ -125,7 +128,19 @@ FLOW_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def empty_frame(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def as_float(value: object) -> float:
+    """A numeric column's aggregate (``min``, ``max``, ``mean``, ``median``, ``item``) as a float.
+
+    polars types an aggregate as any Python literal; on the numeric columns fixed here it is a
+    number, and ``None`` only on an empty or all-null column, which callers rule out first (a
+    ``None`` still raises ``TypeError``, as ``float(None)`` would).
+    """
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def empty_frame(schema: dict[str, PolarsDataType]) -> pl.DataFrame:
     """An empty table with the given columns, so analyses never special-case missing tables."""
     return pl.DataFrame(schema=schema)
 

@@ -21,11 +21,11 @@ class StepEntry(TypedDict, total=False):
     start_us: float
     duration_us: float
     # extra: the step's own breakdown (same definitions as the rank's, on the step window)
-    compute_us: float
-    comm_us: float
-    exposed_comm_us: float
-    exposed_memcpy_us: float
-    idle_us: float
+    compute_us: float | None
+    comm_us: float | None
+    exposed_comm_us: float | None
+    exposed_memcpy_us: float | None
+    idle_us: float | None
     host_bound_us: float | None  # idle in the step because the host launched late (analysis.idle)
 
 
@@ -58,6 +58,10 @@ class RankEntry(TypedDict, total=False):
     host: str | None
     idle_breakdown: IdleBreakdown | None
     hfu_pct: float | None
+    model_flops_per_step: float | None  # the trace-counted MFU's numerator (ranks with recorded shapes)
+    # why mfu_pct is null (no recorded shapes, unknown device, no complete step), or what the trace MFU
+    # leaves out (activation recompute); absent when there is nothing to say or a formula gave the MFU
+    mfu_note: str
     cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
     dropped_partial_step: int | None
     ledger: RankLedger  # this rank's step ledger (GPU ranks only)
@@ -269,7 +273,8 @@ class Report(TypedDict, total=False):
     ledger: Ledger | None  # None without GPU steps (CPU-only traces)
     coverage: Coverage | None  # how much of the ledger's step the findings explain
     # extras for charts and tables
-    kernels: list[dict[str, Any]]  # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
+    # top kernels: name, calls, total_us, mean_us, blocks_per_sm, occupancy_pct, wave_efficiency_pct, sm_time_lost_us
+    kernels: list[dict[str, Any]]
     roofline: dict[str, Any] | None  # device, precision, peak_tflops, peak_gbps, ridge_flop_per_byte, ceiling, ops: [...]
     straggler_heatmap: dict[str, Any] | None  # {"ranks": [...], "steps": [...], "wait_us": [[...]]}
     nccl: dict[str, Any] | None  # parsed NCCL log summary + diagnoses

@@ -92,7 +92,7 @@ def is_comm_kernel_name(name: str) -> bool:
 
 def is_comm_op_name(name: str | None) -> bool:
     """True when a host operator is a communication operator (launches or runs a collective)."""
-    return bool(name) and _OP_RE.search(name) is not None  # type: ignore[arg-type]
+    return bool(name and _OP_RE.search(name))
 
 
 def comm_op_expr() -> pl.Expr:

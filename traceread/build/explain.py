@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceread.fmt import ms, nbytes, pct
+from traceread.report_schema import CollectiveEntry, PipelineEntry
 
 
 #: Bytes each rank must move per byte of payload, by collective (nccl-tests "bus bandwidth" factors).
@@ -40,7 +41,7 @@ def is_p2p(name: str | None) -> bool:
     return str(name or "").lower().replace("_", "") in P2P_NAMES
 
 
-def point_to_point(coll: dict[str, Any]) -> str:
+def point_to_point(coll: CollectiveEntry) -> str:
     """Cost model of a send/recv: S bytes over the one link between the two ranks."""
     size, lat = coll.get("bytes"), coll.get("latency_us")
     peak, busbw = coll.get("link_peak_gbps"), coll.get("busbw_gbps")
@@ -63,7 +64,7 @@ def point_to_point(coll: dict[str, Any]) -> str:
     return text
 
 
-def ring_allreduce(coll: dict[str, Any]) -> str:
+def ring_allreduce(coll: CollectiveEntry) -> str:
     """Cost model of one collective next to its measured latency and bandwidth (a ring for all-reduce,
     all-gather and reduce-scatter; pairwise exchange for all-to-all; a single link for send/recv)."""
     n = int(coll.get("group_size") or 0)
@@ -103,14 +104,14 @@ def ring_allreduce(coll: dict[str, Any]) -> str:
     return text
 
 
-def link_cliff(collectives: list[dict[str, Any]]) -> str | None:
+def link_cliff(collectives: list[CollectiveEntry]) -> str | None:
     """The NVLink → network bandwidth drop, when the job has collectives on both kinds of link."""
     nv = [c for c in collectives if c.get("link") == "nvlink" and c.get("busbw_gbps")]
     net = [c for c in collectives if c.get("link") == "network" and c.get("busbw_gbps")]
     if not nv or not net:
         return None
-    bw_nv = max(c["busbw_gbps"] for c in nv)
-    bw_net = max(c["busbw_gbps"] for c in net)
+    bw_nv = max(c.get("busbw_gbps") or 0.0 for c in nv)  # every one is known and non-zero (above)
+    bw_net = max(c.get("busbw_gbps") or 0.0 for c in net)
     peak_nv = max((c.get("link_peak_gbps") or 0) for c in nv) or None
     peak_net = max((c.get("link_peak_gbps") or 0) for c in net) or None
     ratio = bw_nv / bw_net if bw_net else None
@@ -137,7 +138,7 @@ def exposed_comm(exposed_us: float, step_us: float | None, overlap_pct: float | 
     return text
 
 
-def pipeline(p: dict[str, Any], step_us: float | None) -> str:
+def pipeline(p: PipelineEntry, step_us: float | None) -> str:
     """Measured pipeline bubble against (P−1)/(P−1+M) and what more micro-batches or interleaving give."""
     stages, mb = int(p.get("stages") or 0), int(p.get("microbatches") or 0)
     measured = p.get("bubble_pct")

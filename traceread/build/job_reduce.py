@@ -8,6 +8,7 @@ the map. The pipeline bubble uses each stage's ``stage_activity`` carried in its
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import polars as pl
@@ -117,7 +118,7 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
     clock = guarded("clock alignment", warnings, lambda: clocks.estimate_offsets(
         matched, hosts or None, recorded or None, recorded_epsilon_us=eps_floor))
     if clock is not None:
-        report["source"]["clock"] = clock.to_json()  # type: ignore[index]
+        report["source"]["clock"] = clock.to_json()
         warnings.extend(f"clocks: {n}" for n in clock.notes if "not checked" not in n)
     device_names = {s.entry["rank"]: s.meta.device_name for s in summaries}
     net = guarded("network peak", warnings, lambda: _network_gbps(report.get("nccl"), device_names))
@@ -145,7 +146,8 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
         return
     # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
     # back to send/recv → pp, all-to-all → ep, else other.
-    roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
+    layout = report.get("layout")
+    roles = {str(g["pg"]): g["role"] for g in (layout.get("groups") if layout else None) or []}
     role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
     report["ledger"] = led.job
@@ -199,7 +201,8 @@ def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> Non
     matmuls, which 6·N leaves out).
 
     D is the whole job's tokens per step, so each rank is credited D ÷ world size over its own median
-    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces the trace-counted MFU (which needs recorded shapes).
+    step duration (``steps[].duration_us``; the whole-trace window when it has no steps). Replaces
+    the trace-counted MFU (which needs recorded shapes).
     """
     if not opts.params or not opts.tokens_per_step:
         return
@@ -217,12 +220,12 @@ def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> Non
         if match.spec is None:
             warnings.append(f"rank {e['rank']}: MFU needs the device's peak ({match.reason}); pass --device-spec")
             continue
-        step_us = median_step_duration_us(e)  # type: ignore[arg-type]
+        step_us = median_step_duration_us(e)
         if not step_us:
             continue
-        step_s = step_us / 1e6
-        val = guarded(f"rank {e['rank']}: formula MFU", warnings, lambda: mfu_mod.formula_mfu(
-            opts.params, opts.tokens_per_step / world, step_s, match.spec, precision,
+        val = guarded(f"rank {e['rank']}: formula MFU", warnings, partial(
+            mfu_mod.formula_mfu, opts.params, opts.tokens_per_step / world, step_us / 1e6, match.spec, precision,
             opts.n_layers, opts.seq_len, opts.d_model))
         if val is not None:
             e["mfu_pct"] = float(val)
+            e.pop("mfu_note", None)  # the trace MFU's reason no longer applies

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from statistics import fmean, median
 from typing import Any
 
-from traceread.report_schema import RankEntry, Report
+from traceread.report_schema import CollectiveEntry, RankEntry, Report
 
 #: Rank-level field -> the StepEntry field holding the same quantity for one step.
 _STEP_FIELD = {"window_us": "duration_us"}
@@ -29,10 +29,10 @@ def step_values(rank: RankEntry, field: str) -> list[float] | None:
     no steps or a step lacks the value."""
     steps = rank.get("steps") or []
     key = _STEP_FIELD.get(field, field)
-    vals = [s.get(key) for s in steps]  # type: ignore[misc]
+    vals: list[Any] = [s.get(key) for s in steps]  # a field chosen at run time: any step value
     if not steps or any(v is None for v in vals):
         return None
-    return [float(v) for v in vals]  # type: ignore[arg-type]
+    return [float(v) for v in vals]
 
 
 def per_step(rank: RankEntry, field: str) -> float | None:
@@ -41,7 +41,7 @@ def per_step(rank: RankEntry, field: str) -> float | None:
     if rank.get("steps"):
         vals = step_values(rank, field)
         return fmean(vals) if vals else None
-    value = rank.get(field)  # type: ignore[misc]
+    value: Any = rank.get(field)
     return None if value is None else float(value)
 
 
@@ -64,8 +64,8 @@ def host_bound_per_step(rank: RankEntry) -> float | None:
     whole-window ``idle_breakdown.host_bound_us`` for a rank without steps."""
     if rank.get("steps"):
         return per_step(rank, "host_bound_us")
-    ib = rank.get("idle_breakdown") or {}
-    v = ib.get("host_bound_us")  # type: ignore[union-attr]
+    ib = rank.get("idle_breakdown")
+    v = ib.get("host_bound_us") if ib else None
     return None if v is None else float(v)
 
 
@@ -114,14 +114,15 @@ def coll_time(c: Any) -> float:
     return (float(c.get("latency_us") or 0) + float(c.get("wait_us") or 0)) * int(c.get("count") or 1)
 
 
-def network_loss_us(report: Report) -> tuple[list[dict[str, Any]], float]:
+def network_loss_us(report: Report) -> tuple[list[CollectiveEntry], float]:
     """(network collectives, their time above the link floor per step): an upper bound on what a
     correct transport would save."""
     steps = total_steps(report)
     net = [c for c in report.get("collectives") or [] if c.get("link") == "network"]
     lost = 0.0
     for c in net:
-        if c.get("busbw_gbps") and c.get("link_peak_gbps") and c.get("latency_us"):
-            frac = max(0.0, 1.0 - float(c["busbw_gbps"]) / float(c["link_peak_gbps"]))
-            lost += frac * float(c["latency_us"]) * int(c.get("count") or 1) / steps
+        bus, peak, latency = c.get("busbw_gbps"), c.get("link_peak_gbps"), c.get("latency_us")
+        if bus and peak and latency:
+            frac = max(0.0, 1.0 - float(bus) / float(peak))
+            lost += frac * float(latency) * int(c.get("count") or 1) / steps
     return net, lost

@@ -14,22 +14,28 @@ summaries alone, without re-reading any rank on the driver.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import polars as pl
 
 from traceread.errors import guarded
-from traceread.model import RankMeta, RankTrace
+from traceread.model import RankMeta, RankTrace, as_float
 from traceread.options import KERNELS_PER_RANK
+from traceread.report_schema import RankEntry, StepEntry
+
+if TYPE_CHECKING:  # the analyses load when a rank is summarised, not when this module is imported
+    from traceread.analysis.time.steps import StepWindows
+    from traceread.devices import DeviceSpec
 
 
 @dataclass
 class RankSummary:
     """Everything the report keeps of one rank once its tables are gone."""
 
-    entry: dict[str, Any]
+    entry: RankEntry
     meta: RankMeta
     file: str
     comm: pl.DataFrame  # collectives.comm_events extract
@@ -67,10 +73,10 @@ def _gpu_window(rt: RankTrace) -> tuple[float, float] | None:
     gpu = device_gpu_rows(rt)
     if gpu.height == 0:
         return None
-    return float(gpu["ts"].min()), float(gpu["end"].max())  # type: ignore[arg-type]
+    return as_float(gpu["ts"].min()), as_float(gpu["end"].max())
 
 
-def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list[str]) -> dict[str, Any]:
+def _rank_entry(rt: RankTrace, windows: StepWindows | None, frame: pl.DataFrame, warnings: list[str]) -> RankEntry:
     """The rank's RankEntry.
 
     Rank-level fields use the whole-trace window (first GPU event start .. last GPU event end, as
@@ -102,7 +108,7 @@ def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list
                 "compute_us": _f(row["compute_us"]), "comm_us": _f(row["comm_us"]),
                 "exposed_comm_us": _f(row["exposed_comm_us"]), "exposed_memcpy_us": _f(row["exposed_memcpy_us"]),
                 "idle_us": _f(row["idle_us"]), "host_bound_us": (_f(hb[i]) if hb is not None else None),
-            })  # type: ignore[typeddict-item]
+            })
     elif windows is not None and windows.table.height:
         # No GPU work: the step windows are the host's; GPU fields stay null, the step time is known.
         steps = [{"step": int(s), "start_us": float(a), "duration_us": float(d)}
@@ -128,10 +134,10 @@ def _rank_entry(rt: RankTrace, windows: Any, frame: pl.DataFrame, warnings: list
                                        "kernel_gap_us": float(ib["kernel_gap_us"]), "other_us": float(ib["other_us"])}
     else:
         e["cpu"] = guarded(f"rank {rt.rank}: CPU breakdown", warnings, lambda: cpu_breakdown.cpu_breakdown(rt))
-    return e
+    return cast(RankEntry, e)  # built field by field above (breakdown fields by name)
 
 
-def _kernels(rt: RankTrace, windows: Any, warnings: list[str]) -> list[dict[str, Any]]:
+def _kernels(rt: RankTrace, windows: StepWindows | None, warnings: list[str]) -> list[dict[str, Any]]:
     """The rank's kernel table over its analysed steps (kernels starting inside the device-aligned
     step span; the whole trace when there are no steps), so that totals ÷ steps is the mean per
     step the findings and ``traceread diff`` report."""
@@ -152,7 +158,8 @@ def _kernels(rt: RankTrace, windows: Any, warnings: list[str]) -> list[dict[str,
     return keep.to_dicts()
 
 
-def _ops_and_device(rt: RankTrace, spec_file: Path | None, warnings: list[str]) -> tuple[Any, Any, str | None]:
+def _ops_and_device(rt: RankTrace, spec_file: Path | None,
+                    warnings: list[str]) -> tuple[pl.DataFrame | None, DeviceSpec | None, str | None]:
     """(operator table, device spec, why that device) — shared by MFU and the roofline."""
     from traceread.analysis.compute import roofline as rf
     from traceread.analysis.hardware import device_for_meta
@@ -165,7 +172,8 @@ def _ops_and_device(rt: RankTrace, spec_file: Path | None, warnings: list[str]) 
     return ops, spec, (match.reason if match is not None else None)
 
 
-def _roofline(rt: RankTrace, ops: Any, spec: Any, reason: str | None, warnings: list[str]) -> dict[str, Any] | None:
+def _roofline(rt: RankTrace, ops: pl.DataFrame | None, spec: DeviceSpec | None, reason: str | None,
+              warnings: list[str]) -> dict[str, Any] | None:
     """Roofline of one rank's operators (analysis.roofline) with the field names the renderers read."""
     from traceread.analysis.compute import roofline as rf
 
@@ -182,21 +190,25 @@ def _roofline(rt: RankTrace, ops: Any, spec: Any, reason: str | None, warnings: 
     return guarded(f"rank {rt.rank}: roofline", warnings, run)
 
 
-def _with_scale(roof: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any] | None:
+def _with_scale(roof: dict[str, Any] | None, entry: RankEntry) -> dict[str, Any] | None:
     """Op times are the rank's totals: ``time_scale`` = 1 / its steps turns them into per-step times."""
     if roof is not None:
         roof["time_scale"] = 1.0 / max(1, len(entry.get("steps") or []))
     return roof
 
 
-def _trace_mfu(rt: RankTrace, windows: Any, ops: Any, spec: Any, entry: dict[str, Any], warnings: list[str]) -> None:
-    """Trace-counted MFU/HFU (analysis.mfu) into the entry; stays None without shapes or device."""
+def _trace_mfu(rt: RankTrace, windows: StepWindows | None, ops: pl.DataFrame | None, spec: DeviceSpec | None,
+               entry: RankEntry, warnings: list[str]) -> None:
+    """Trace-counted MFU/HFU (analysis.mfu) into the entry; without shapes or device it stays None
+    and ``mfu_note`` says why (it also says what MFU leaves out, e.g. activation recompute)."""
     from traceread.analysis.compute import mfu as mfu_mod
 
-    if ops is None or windows is None or spec is None:
+    if ops is None or windows is None:
         return
-    res = guarded(f"rank {rt.rank}: MFU", warnings, lambda: mfu_mod.trace_mfu(rt, windows.table, spec, ops=ops))
-    if res is not None:
+    res = guarded(f"rank {rt.rank}: MFU", warnings, partial(mfu_mod.trace_mfu, rt, windows.table, spec, ops=ops))
+    if res is not None and res.note:
+        entry["mfu_note"] = res.note
+    if res is not None and spec is not None:  # without a peak the FLOPs alone are no utilisation
         entry["mfu_pct"] = _f(res.mfu_pct)
         entry["hfu_pct"] = _f(res.hfu_pct)
         entry["model_flops_per_step"] = _f(res.model_flops_per_step)

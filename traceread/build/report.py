@@ -15,13 +15,13 @@ is an error (:class:`NothingUsableError`, exit code 3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
+from traceread.read.jsonfile import load_json_object
 from traceread.report_schema import SCHEMA_ID, RankEntry, Report
 
 __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
@@ -74,15 +74,6 @@ def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]
     return out
 
 
-def _load_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{path}: cannot read ({str(exc).splitlines()[0]})")
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
     """The report document for the traces under ``paths`` (folders, globs, files, object URLs).
 
@@ -102,10 +93,10 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
-            return hit  # type: ignore[return-value]
+            return hit
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
-        caches.store_document(root, key, report)  # type: ignore[arg-type]
+        caches.store_document(root, key, report)
     return report
 
 
@@ -117,6 +108,7 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 
     files, notes = find_on_nodes([str(p) for p in paths], opts.ray_address)
     run_json = [Path(p) / "run.json" for p in paths if (Path(p) / "run.json").is_file()]
+    # NodeFiles ride in Found.files as RemoteFiles do: the engine passes them through unopened
     return Found(files=files, run_json=run_json, notes=notes)  # type: ignore[arg-type]
 
 
@@ -134,7 +126,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     for m in found.missing:
         warnings.append(f"{m}: no such file or folder")
     warnings.extend(found.notes)
-    run_info = _load_json(found.run_json[0], warnings) if found.run_json else None
+    run_info = load_json_object(found.run_json[0], warnings) if found.run_json else None
     nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
     found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
     nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
@@ -170,7 +162,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)
-    ranks: list[RankEntry] = [s.entry for s in summaries]  # type: ignore[misc]
+    ranks: list[RankEntry] = [s.entry for s in summaries]
     hosts, recorded = crossrank.run_hosts(run_info, warnings)
     for e in ranks:
         e["host"] = hosts.get(e["rank"])
@@ -202,7 +194,7 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         crossrank.formula_mfu(report, opts, warnings)
 
     if chosen is not None:
-        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])  # type: ignore[arg-type]
+        cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
     from traceread.build.findings.assemble import build_findings
 
     report["findings"] = build_findings(report, warn=warnings.append)

@@ -43,7 +43,7 @@ def summarise(task: tasks.RankTask) -> tuple[Any, bytes | None]:
                       storage_options=task.storage_options, max_rank_bytes=task.max_rank_bytes)
     except TraceFileError as exc:
         return exc, None
-    except Exception as exc:  # noqa: BLE001 - a reader bug fails one file, not the job
+    except Exception as exc:  # a reader bug fails one file, not the job
         return TraceFileError(f"reader failed: {type(exc).__name__}: {exc}".splitlines()[0], str(task.file)), None
     identify(rt, single=False)
     summary = summarise_rank(rt, spec_file=Path(task.spec_file) if task.spec_file else None, detail=task.detail)
@@ -111,7 +111,7 @@ def summarise_files(files: Sequence[Any], opts: ReportOptions) -> dict[Any, Any]
             else:
                 try:
                     out[f] = decode_result(res, task_of[f], store_here=opts.executor == "ray")
-                except Exception as exc:  # noqa: BLE001 - a garbled result fails one rank
+                except Exception as exc:  # a garbled result fails one rank
                     out[f] = TraceFileError(f"unreadable result from the worker: {type(exc).__name__}", str(f))
             advance(task_of[f].name)
 
@@ -145,7 +145,7 @@ def _summarise_here(work: list[tasks.RankTask], out: dict[Any, Any], advance: Ca
     def one(t: tasks.RankTask) -> Any:
         try:
             return summarise(t)[0]
-        except Exception as exc:  # noqa: BLE001 - an analysis bug fails one rank
+        except Exception as exc:  # an analysis bug fails one rank
             return TraceFileError(f"analysis failed: {type(exc).__name__}: {exc}".splitlines()[0], str(t.file))
 
     if threads <= 1 or len(work) <= 1:

@@ -11,8 +11,6 @@ import os
 from pathlib import Path
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
-#: values accepted by the ``TRACEREAD_INJECT_FAIL`` test knob (comma separated)
-FAIL_POINTS = ("install", "torch", "hook", "export", "dump")
 
 
 def bootstrap_dir() -> Path:

@@ -220,8 +220,8 @@ def run_collect(opts: CollectOptions) -> int:
         proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for restored, old_handler in previous.items():
+            signal.signal(restored, old_handler)
         tee.note(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}")
         tee.close()
         _finalize(opts, run_root, host_dir, layout, added, start_ns, EXIT_NOT_FOUND, None, None, [])
@@ -229,8 +229,9 @@ def run_collect(opts: CollectOptions) -> int:
     child["pid"] = proc.pid
     for signum in pending:
         _killpg(proc.pid, signum)
-    tee.pump(proc.stdout, sys.stdout.buffer)  # type: ignore[arg-type]
-    tee.pump(proc.stderr, sys.stderr.buffer)  # type: ignore[arg-type]
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes (above)
+    tee.pump(proc.stdout, sys.stdout.buffer)
+    tee.pump(proc.stderr, sys.stderr.buffer)
 
     dog = Watchdog(host_dir, timeout_s=opts.hang_timeout_s, floor_s=opts.hang_floor_s, factor=opts.hang_factor,
                    startup_timeout_s=opts.startup_timeout_s, grace_s=opts.dump_grace_s)
@@ -273,8 +274,8 @@ def run_collect(opts: CollectOptions) -> int:
                 watchdog_broken = True
                 tee.note(f"watchdog stopped, cannot write in {host_dir}: {exc}")
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for restored, old_handler in previous.items():
+            signal.signal(restored, old_handler)
     returncode = proc.wait()
     if opts.profile and opts.inject and not any((host_dir / "traces").glob("rank*.pt.trace.json*")):
         steps = [int(i["steps"]) for i in read_ranks(host_dir).values() if isinstance(i.get("steps"), int)]

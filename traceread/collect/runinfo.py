@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from traceread.read.jsonfile import load_json_object
+
 RUN_JSON_VERSION = 1
 
 # Clock model recorded with every run (see docs/collect.md, "Clocks").
@@ -32,12 +34,7 @@ def iso(ns: int) -> str:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None when missing/partial (a rank may die mid-write)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        return doc if isinstance(doc, dict) else None
-    except (OSError, ValueError):
-        return None
+    return load_json_object(path, None)
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -63,7 +60,7 @@ def world_layout(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
     for r, info in sorted(ranks.items()):
         nodes.setdefault(str(info.get("host")), []).append(
             {"rank": r, "local_rank": info.get("local_rank"), "pid": info.get("pid")})
-    sizes = {info.get("world_size") for info in ranks.values() if info.get("world_size")}
+    sizes = {info["world_size"] for info in ranks.values() if info.get("world_size")}
     return {"world_size": max(sizes) if sizes else (len(ranks) or None),
             "ranks_seen": sorted(ranks), "nodes": nodes}
 
@@ -132,9 +129,9 @@ def build_run_json(host_dir: Path, base: dict[str, Any]) -> dict[str, Any]:
     doc["world"] = world_layout(ranks)
     doc["ranks"] = {str(r): info for r, info in sorted(ranks.items())}
     doc["clock"] = clock_offsets(ranks)
-    versions = {i.get("torch") for i in ranks.values() if i.get("torch")}
+    versions = {i["torch"] for i in ranks.values() if i.get("torch")}
     doc["torch"] = sorted(versions)[0] if len(versions) == 1 else sorted(versions) or None
-    nccl = {i.get("nccl") for i in ranks.values() if i.get("nccl")}
+    nccl = {i["nccl"] for i in ranks.values() if i.get("nccl")}
     doc["nccl"] = sorted(nccl)[0] if len(nccl) == 1 else sorted(nccl) or None
     doc["cycles"] = cycle_listing(ranks)
     return doc

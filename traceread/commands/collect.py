@@ -77,9 +77,9 @@ def _ranks(value: str) -> str:
               help="Flight Recorder entries (TORCH_FR_BUFFER_SIZE) unless already set.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier run collected in the same folder.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, every: int, max_cycles: int, ranks: str, record_shapes: bool,
-            with_stack: bool, profile_memory: bool, no_profile: bool, no_inject: bool, hang_timeout: str | None,
-            hang_floor: float, hang_factor: float, startup_timeout: float | None, on_hang: str,
+def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, every: int, max_cycles: int, ranks: str,
+            record_shapes: bool, with_stack: bool, profile_memory: bool, no_profile: bool, no_inject: bool,
+            hang_timeout: str | None, hang_floor: float, hang_factor: float, startup_timeout: float | None, on_hang: str,
             dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND unchanged and collect per-rank traces, NCCL logs, Flight Recorder and hang dumps.
 

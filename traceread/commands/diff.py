@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
+from traceread.commands.fail import fail
 from traceread.compare.diff import diff_reports
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
 from traceread.render.diff_view import render_diff
-from traceread.textsafe import clean
 
 
 def split_cycle(arg: str) -> tuple[str, str | None]:
@@ -60,6 +60,8 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
     from traceread.read.cycles import CycleChoiceError
     from traceread.render.json_report import _jsonable
 
+    ca: str | None
+    cb: str | None
     if cycles:
         parts = [c.strip() for c in cycles.split(",")]
         if b is not None or len(parts) != 2 or not all(parts):
@@ -74,14 +76,10 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
         ra = build_report([pa], replace(opts, cycle=ca))
         rb = build_report([pb], replace(opts, cycle=cb))
     except CycleChoiceError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT)
-        return
+        fail(str(exc))
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
-        return
-    d = diff_reports(ra, rb, top=top)  # type: ignore[arg-type]
+        fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
+    d = diff_reports(ra, rb, top=top)
     text = (orjson.dumps(_jsonable(d), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
             if fmt == "json" else render_diff(d))
     if output:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from traceread.commands.fail import fail
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
 
 
@@ -71,19 +72,13 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
         doc = build_report(list(paths), ReportOptions(use_cache=not no_cache, workers=workers,
                                                       progress=sys.stderr.isatty()))
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {exc}", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
-        return
+        fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
     known = {int(e["rank"]) for e in doc.get("ranks") or []}
     if not known:
-        click.echo(f"traceread: error: no readable trace under {', '.join(paths)} (nothing to put on a timeline)", err=True)
-        click.get_current_context().exit(EXIT_NO_TRACES)
-        return
+        fail(f"no readable trace under {', '.join(paths)} (nothing to put on a timeline)", EXIT_NO_TRACES)
     if ranks is not None and not ranks & known:
-        click.echo(f"traceread: error: --ranks {ranks_text}: none of these ranks is in the traces "
-                   f"(ranks {min(known, default=0)}-{max(known, default=0)})", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT)
-        return
+        fail(f"--ranks {ranks_text}: none of these ranks is in the traces "
+             f"(ranks {min(known, default=0)}-{max(known, default=0)})")
     n = len(ranks & known) if ranks is not None else len(known)
     try:
         with _progress(sys.stderr.isatty(), n) as step:

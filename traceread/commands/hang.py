@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.commands.fail import fail
+from traceread.errors import EXIT_NO_TRACES, EXIT_OK, TraceReadError
 from traceread.textsafe import clean
 
 #: Stuck groups and stack lines printed in text (all of them are in --format json).
@@ -110,9 +111,7 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, workers: int | None) -> No
     try:
         diag = diagnose(run_dir, workers)
     except TraceReadError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
-        ctx.exit(EXIT_BAD_INPUT)
-        return
+        fail(str(exc))
     if diag is None:
         click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump with an unfinished collective, "
                    "stack dump, hang.json, watchdog timeout or timeout error file)", err=True)

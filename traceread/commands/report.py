@@ -15,7 +15,9 @@ from typing import Any
 
 import click
 
+from traceread.commands.fail import fail
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
+from traceread.options import EXECUTORS
 from traceread.textsafe import clean
 
 FORMATS = ("rich", "html", "text", "json")
@@ -64,13 +66,18 @@ def _set_max_rank_bytes(text: str) -> None:
         raise click.BadParameter(str(exc), param_hint="--max-rank-bytes") from None
 
 
+def _unwritable(path: Path, exc: OSError) -> click.ClickException:
+    return click.ClickException(f"{clean(str(path))}: cannot write ({exc.strerror}); choose a file with -o")
+
+
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
               help="Write the report here (format from --format or the file extension: .html, .json, .txt); - for stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="rich: terminal summary (+ HTML beside the run); html; text: plain summary; json: schema traceread.report/1.")
-@click.option("--no-cache", is_flag=True, help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
+@click.option("--no-cache", is_flag=True,
+              help="Re-parse and re-analyse every trace instead of using the parse and summary caches.")
 @click.option("--params", type=float, metavar="N", help="Model parameters, for MFU = 6·N·tokens ÷ (peak × step time).")
 @click.option("--tokens-per-step", type=float, metavar="D", help="Tokens per step for the whole job (with --params).")
 @click.option("--n-layers", type=click.IntRange(min=1), metavar="L",
@@ -88,7 +95,7 @@ def _set_max_rank_bytes(text: str) -> None:
                    "complete cycle that is not warm-up; all = every cycle of the latest run, plus the drift "
                    "table (docs/cycles.md).")
 @click.option("--no-html", is_flag=True, help="With the default (rich) format: do not write the HTML file.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="Where each rank is read and summarised: local worker processes, or Ray tasks (pip install 'traceread[ray]').")
 @click.option("--ray-address", metavar="ADDR", default=None,
               help="Ray cluster to use with --executor ray (default: $RAY_ADDRESS, else a local Ray).")
@@ -140,9 +147,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     if node_local and executor != "ray":
         raise click.UsageError("--node-local goes with --executor ray (the files are read where they are)")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        click.echo("traceread: error: --executor ray needs Ray: pip install 'traceread[ray]'", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT)
-        return
+        fail("--executor ray needs Ray: pip install 'traceread[ray]'")
     _set_max_rank_bytes(max_rank_bytes)
     opts = ReportOptions(use_cache=not no_cache, workers=workers, progress=sys.stderr.isatty(), params=params,
                          tokens_per_step=tokens_per_step, n_layers=n_layers, seq_len=seq_len, d_model=d_model,
@@ -161,13 +166,9 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
 
         if not isinstance(exc, CycleChoiceError):
             raise
-        click.echo(f"traceread: error: {exc}", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT)
-        return
+        fail(str(exc))
     except NothingUsableError as exc:
-        click.echo(f"traceread: error: {clean(str(exc))}", err=True)
-        click.get_current_context().exit(EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
-        return
+        fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
 
     if output == "-":  # stdout: the document only, nothing else on it
         from traceread.render import html as html_mod
@@ -209,14 +210,15 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
             html_mod.write_html(doc, html_path, title=f"traceread report — {', '.join(paths)[:120]}")
         except OSError as exc:
             if output or html_path.parent.resolve() == Path.cwd().resolve():
-                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc.strerror}); choose a file with -o") from exc
+                raise _unwritable(html_path, exc) from exc
             fallback = Path.cwd() / DEFAULT_NAME
-            click.echo(f"traceread: {clean(str(html_path))}: cannot write ({exc.strerror}); writing {clean(str(fallback))} instead", err=True)
+            click.echo(f"traceread: {clean(str(html_path))}: cannot write ({exc.strerror}); "
+                       f"writing {clean(str(fallback))} instead", err=True)
             html_path = fallback
             try:
                 html_mod.write_html(doc, html_path)
             except OSError as exc2:
-                raise click.ClickException(f"{clean(str(html_path))}: cannot write ({exc2.strerror}); choose a file with -o") from exc2
+                raise _unwritable(html_path, exc2) from exc2
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         # Piped into a log or `less`: rich would fall back to 80 columns and squash the tables.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean
+
+T = TypeVar("T")
 
 SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
 
@@ -79,7 +82,7 @@ def _slow_step(value: str) -> tuple[int, str, float]:
 @click.pass_context
 def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
              straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
-             slow_steps: list[tuple[int, str, float]], device: str, **knobs: object) -> None:
+             slow_steps: list[tuple[int, str, float]], device: str, **knobs: Any) -> None:
     """Write a simulated multi-rank GPU training run with exact ground truth.
 
     Writes one torch-2.x-shaped Kineto trace per rank (rank{r}.pt.trace.json.gz: NCCL kernels with
@@ -125,7 +128,7 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
             raise click.BadParameter(f"{stage_factors!r}: expected numbers separated by commas",
                                      param_hint="--stage-factors") from None
     if scenario == "slow_steps" and not slow_steps:
-        steps = int(knobs.get("steps", 3))  # type: ignore[call-overload]
+        steps = int(knobs.get("steps", 3))
         slow_steps = [(10 + (1 if steps > 1 else 0), "dataloader", 30000.0)]  # steps are numbered from 10
     try:
         truth = run(scenario, out_dir, device=device.upper(), stragglers=stragglers, stage_factors=factors,
@@ -151,7 +154,7 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
                f"{led['critical_rank']}): {parts}")
 
 
-def _pick(values: tuple, i: int, default: object, flag: str) -> object:  # type: ignore[type-arg]
+def _pick(values: tuple[T, ...], i: int, default: T, flag: str) -> T:
     if not values:
         return default
     if len(values) == 1:

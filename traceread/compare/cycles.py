@@ -7,10 +7,15 @@ found (:mod:`traceread.read.cycles`) and hands the documents to :func:`traceread
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceread.options import ReportOptions
+    from traceread.report_schema import Report
 
 
-def build_all_cycles(paths: Sequence[Any], options: Any) -> dict[str, Any]:
+def build_all_cycles(paths: Sequence[str | Path], options: ReportOptions) -> Report:
     """``traceread report --cycle all``: one report per cycle of the latest run (the same analysis
     each time, files chosen by ``reader.cycles``), returned as the latest cycle's report with
     ``source.cycles`` and ``drift`` added. A single cycle gives a report without ``drift``."""
@@ -23,12 +28,12 @@ def build_all_cycles(paths: Sequence[Any], options: Any) -> dict[str, Any]:
 
     found = find(paths)
     sel = cyc.select(found.files, "all", [])
-    per: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    per: list[tuple[dict[str, Any], Report]] = []
     for c in sel.chosen:
         rep = build_report(paths, replace(options, cycle=c.label))
-        per.append(((rep.get("source") or {}).get("cycle") or c.to_json(), rep))  # type: ignore[arg-type]
+        per.append(((rep.get("source") or {}).get("cycle") or c.to_json(), rep))
     if not per:
-        return build_report(paths, options)  # type: ignore[return-value]
+        return build_report(paths, options)
     main = per[-1][1]
     if len(per) > 1:
         main["drift"] = drift(per)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceread.report_schema import Finding, Report
+
 DIFF_SCHEMA = "traceread.diff/1"
 
 
@@ -28,20 +30,20 @@ def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
     return {"a": a, "b": b, "delta": d, "pct": p}
 
 
-def _steps(rep: dict[str, Any]) -> int:
+def _steps(rep: Report) -> int:
     from traceread.build.queries import total_steps
 
-    return total_steps(rep)  # type: ignore[arg-type]
+    return total_steps(rep)
 
 
-def _kernel_rows(rep: dict[str, Any]) -> dict[str, float]:
+def _kernel_rows(rep: Report) -> dict[str, float]:
     steps = _steps(rep)
     nr = max(1, len(rep.get("ranks") or []))
     return {str(k["name"]): float(k.get("total_us") or 0.0) / max(int(k.get("ranks") or nr), 1) / steps
             for k in rep.get("kernels") or []}
 
 
-def _op_rows(rep: dict[str, Any]) -> dict[str, float]:
+def _op_rows(rep: Report) -> dict[str, float]:
     """Operator kernel time per step (roofline ops of the detailed rank), keyed by name and shapes."""
     r = rep.get("roofline") or {}
     scale = float(r.get("time_scale") or 1.0 / _steps(rep))
@@ -52,7 +54,7 @@ def _op_rows(rep: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, Any]]:
+def _coll_rows(rep: Report) -> dict[tuple[str, int | None], dict[str, Any]]:
     steps = _steps(rep)
     out: dict[tuple[str, int | None], dict[str, Any]] = {}
     for c in rep.get("collectives") or []:
@@ -64,7 +66,7 @@ def _coll_rows(rep: dict[str, Any]) -> dict[tuple[str, int | None], dict[str, An
     return out
 
 
-def _finding_key(f: dict[str, Any]) -> str:
+def _finding_key(f: Finding) -> str:
     """A finding's identity across two reports: its id, plus the role where several share an id
     (ledger findings: one exposed-communication finding per role, one straggler per rank)."""
     parts = [str(f["id"]), *(str(f[k]) for k in ("role",) if f.get(k))]
@@ -73,7 +75,7 @@ def _finding_key(f: dict[str, Any]) -> str:
     return ":".join(parts)
 
 
-def _side(rep: dict[str, Any]) -> dict[str, Any]:
+def _side(rep: Report) -> dict[str, Any]:
     """What one side is: paths, ranks, steps, and the profiling cycle when one was chosen."""
     src = rep.get("source") or {}
     out = {"paths": src.get("paths"), "ranks": len(rep.get("ranks") or []), "steps": _steps(rep)}
@@ -82,38 +84,39 @@ def _side(rep: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[str, Any]:
+def diff_reports(a: Report, b: Report, top: int = 15) -> dict[str, Any]:
     """The comparison document (definitions in the module docstring)."""
     from traceread.build.queries import med, median_step_us, per_step
 
-    def med_field(rep: dict[str, Any], field: str) -> float | None:
-        return med(per_step(r, field) for r in rep.get("ranks") or [])  # type: ignore[arg-type]
+    def med_field(rep: Report, field: str) -> float | None:
+        return med(per_step(r, field) for r in rep.get("ranks") or [])
 
     breakdown = {f: _delta(med_field(a, f), med_field(b, f))
                  for f in ("compute_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us", "comm_us")}
     ka, kb = _kernel_rows(a), _kernel_rows(b)
-    kernels = [{"name": n, **_delta(ka.get(n), kb.get(n))} for n in set(ka) | set(kb)]
+    kernels: list[dict[str, Any]] = [{"name": n, **_delta(ka.get(n), kb.get(n))} for n in set(ka) | set(kb)]
     for k in kernels:  # a kernel that exists in one run only changed by its whole time
         if k["delta"] is None:
             k["delta"] = (k["b"] or 0.0) - (k["a"] or 0.0)
     kernels.sort(key=lambda k: -abs(k["delta"] or 0.0))
     oa, ob = _op_rows(a), _op_rows(b)
-    ops = [{"name": n, **_delta(oa.get(n), ob.get(n))} for n in set(oa) | set(ob)]
+    ops: list[dict[str, Any]] = [{"name": n, **_delta(oa.get(n), ob.get(n))} for n in set(oa) | set(ob)]
     for o in ops:
         if o["delta"] is None:
             o["delta"] = (o["b"] or 0.0) - (o["a"] or 0.0)
     ops.sort(key=lambda o: -abs(o["delta"] or 0.0))
     ca, cb = _coll_rows(a), _coll_rows(b)
-    colls = []
+    colls: list[dict[str, Any]] = []
     for key in set(ca) | set(cb):
         ra, rb = ca.get(key), cb.get(key)
         colls.append({
             "name": key[0], "bytes": key[1],
-            "calls_per_step": _delta(ra and ra["calls"], rb and rb["calls"]),
-            "latency_us": _delta(ra and med(ra["latency_us"]), rb and med(rb["latency_us"])),
-            "busbw_gbps": _delta(ra and med(ra["busbw_gbps"]), rb and med(rb["busbw_gbps"])),
+            "calls_per_step": _delta(ra["calls"] if ra else None, rb["calls"] if rb else None),
+            "latency_us": _delta(med(ra["latency_us"]) if ra else None, med(rb["latency_us"]) if rb else None),
+            "busbw_gbps": _delta(med(ra["busbw_gbps"]) if ra else None, med(rb["busbw_gbps"]) if rb else None),
         })
-    colls.sort(key=lambda c: -abs((c["latency_us"]["delta"] or 0.0) * (c["calls_per_step"]["b"] or c["calls_per_step"]["a"] or 1.0)))
+    colls.sort(key=lambda c: -abs((c["latency_us"]["delta"] or 0.0)
+                                  * (c["calls_per_step"]["b"] or c["calls_per_step"]["a"] or 1.0)))
     fa = {_finding_key(f): f for f in a.get("findings") or []}
     fb = {_finding_key(f): f for f in b.get("findings") or []}
     findings = [{"id": (fa.get(i) or fb[i])["id"], "key": i,
@@ -123,7 +126,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 15) -> dict[st
     return {
         "schema": DIFF_SCHEMA,
         "a": _side(a), "b": _side(b),
-        "step_us": _delta(median_step_us(a), median_step_us(b)),  # type: ignore[arg-type]
+        "step_us": _delta(median_step_us(a), median_step_us(b)),
         "breakdown": breakdown,
         "operators": ops[:top],
         "kernels": kernels[:top],

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceread.build.queries import host_bound_per_step, med, median_step_us, per_step, total_steps
+from traceread.report_schema import RankEntry, Report
 
 CATEGORIES = ("compute_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us", "host_bound_us")
 #: A rank's compute growth counts as "that rank alone" when it is this many times the median growth.
@@ -35,7 +36,7 @@ STRAGGLER_MIN_SHARE = 0.05
 NOISE_SHARE = 0.02
 
 
-def _cpu_field(rank: Mapping[str, Any], field: str) -> float | None:
+def _cpu_field(rank: RankEntry, field: str) -> float | None:
     """CPU-only ranks keep compute/comm/idle under ``cpu`` (whole window ÷ steps)."""
     cpu = rank.get("cpu") or {}
     key = {"compute_us": "compute_us", "exposed_comm_us": "comm_us", "idle_us": "idle_us"}.get(field)
@@ -44,24 +45,24 @@ def _cpu_field(rank: Mapping[str, Any], field: str) -> float | None:
     return None if v is None else float(v) / steps
 
 
-def _field(rank: Mapping[str, Any], field: str) -> float | None:
+def _field(rank: RankEntry, field: str) -> float | None:
     if field == "host_bound_us":
-        return host_bound_per_step(rank)  # type: ignore[arg-type]
-    v = per_step(rank, field)  # type: ignore[arg-type]
+        return host_bound_per_step(rank)
+    v = per_step(rank, field)
     return v if v is not None else _cpu_field(rank, field)
 
 
-def cycle_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
+def cycle_metrics(report: Report) -> dict[str, Any]:
     """One cycle's numbers (see the module docstring)."""
     ranks = report.get("ranks") or []
-    steps = total_steps(report)  # type: ignore[arg-type]
+    steps = total_steps(report)
     pg: dict[str, float] = {}
     for c in report.get("collectives") or []:
         t = float(c.get("count") or 0) * (float(c.get("latency_us") or 0.0) + float(c.get("wait_us") or 0.0))
         pg[str(c.get("pg"))] = pg.get(str(c.get("pg")), 0.0) + t / steps
     top = next(iter(report.get("stragglers") or []), None)
     return {
-        "step_us": median_step_us(report),  # type: ignore[arg-type]
+        "step_us": median_step_us(report),
         **{f: med(_field(r, f) for r in ranks) for f in CATEGORIES},
         "pg_comm_us": pg,
         "rank_compute_us": {str(r["rank"]): _field(r, "compute_us") for r in ranks},
@@ -128,7 +129,7 @@ def _headline(g: dict[str, Any], first: dict[str, Any]) -> str:
     return head + (": " + "; ".join(parts) if parts else "")
 
 
-def drift(cycles: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> dict[str, Any]:
+def drift(cycles: Sequence[tuple[Mapping[str, Any], Report]]) -> dict[str, Any]:
     """``cycles``: (cycle description from ``source.cycle``, that cycle's report), oldest first."""
     rows = []
     for info, rep in cycles:

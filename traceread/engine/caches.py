@@ -38,9 +38,12 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 #: Bump when the layout of a summary or document entry changes.
 FORMAT = "traceread.cache/2"
@@ -111,7 +114,7 @@ def _read_entry(path: Path) -> Any:
     """Decode one msgpack entry file (data only; any trouble is None)."""
     try:
         return msgspec.msgpack.decode(path.read_bytes())
-    except Exception:  # noqa: BLE001 - a corrupt or foreign entry is a miss
+    except Exception:  # a corrupt or foreign entry is a miss
         return None
 
 
@@ -126,7 +129,7 @@ def _write_atomic(dest: Path, data: bytes) -> bool:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -190,7 +193,7 @@ def load_tables(f: Any, root: Path) -> Any:
                 return None
             tables[name] = df
         return RankTrace(rank=info["rank"], file=str(f), meta=_dataclass_from(RankMeta, info["meta"]), **tables)
-    except Exception:  # noqa: BLE001 - a broken cache entry is a miss, never an error
+    except Exception:  # a broken cache entry is a miss, never an error
         return None
 
 
@@ -199,7 +202,7 @@ def in_parse_cache(f: Any, root: Path) -> bool:
     try:
         info = msgspec.json.decode((entry_dir(root, f) / "meta.json").read_bytes())
         return bool(info.get("key") == parse_key(f))
-    except Exception:  # noqa: BLE001 - any doubt: not cached
+    except Exception:  # any doubt: not cached
         return False
 
 
@@ -226,7 +229,7 @@ def store_tables(rt: Any, f: Any, root: Path, key: dict[str, Any] | None = None)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    except Exception:  # noqa: BLE001 - caching is an optimisation only
+    except Exception:  # caching is an optimisation only
         return False
     return True
 
@@ -264,7 +267,7 @@ def load_summary(f: Any, root: Path, spec_file: str | None, detail: bool, cls: t
         return None
     try:
         return decode_summary(doc["summary"], cls)
-    except Exception:  # noqa: BLE001 - a well-formed but wrong entry is a miss too
+    except Exception:  # a well-formed but wrong entry is a miss too
         return None
 
 
@@ -378,16 +381,16 @@ def _document_file(root: Path, key: dict[str, Any]) -> Path:
     return root / DOCUMENT_FOLDER / f"{slot('document', key['paths'], key['options'])}.msgpack"
 
 
-def load_document(root: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+def load_document(root: Path, key: dict[str, Any]) -> Report | None:
     doc = _read_entry(_document_file(root, key))
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("report"), dict):
         return None
     return doc["report"]
 
 
-def store_document(root: Path, key: dict[str, Any], report: dict[str, Any]) -> bool:
+def store_document(root: Path, key: dict[str, Any], report: Report) -> bool:
     try:
         data = _ENCODER.encode({"key": key, "report": report})
-    except Exception:  # noqa: BLE001 - a document that cannot be stored is simply not cached
+    except Exception:  # a document that cannot be stored is simply not cached
         return False
     return _write_atomic(_document_file(root, key), data)

@@ -78,7 +78,7 @@ class ProcessExecutor:
                         budget.finish(i)
                     try:
                         done(i, fut.result())
-                    except Exception:  # noqa: BLE001 - the worker failed (crash, OOM, pool broken)
+                    except Exception:  # the worker failed (crash, OOM, pool broken)
                         retry.append(i)
                 submit()
         # Second and last try, here: a pool that cannot start (a script without an
@@ -90,14 +90,14 @@ class ProcessExecutor:
 def _call_once(fn: Callable[..., Any], args: tuple[Any, ...], what: str) -> Any:
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - reported as the rank's reason
+    except Exception as exc:  # reported as the rank's reason
         return TaskFailed(f"{what}, then failed again here: {type(exc).__name__}: {exc}".splitlines()[0])
 
 
 def _call_twice(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     try:
         return fn(*args)
-    except Exception:  # noqa: BLE001 - one retry, like a lost worker
+    except Exception:  # one retry, like a lost worker
         return _call_once(fn, args, "analysis failed")
 
 

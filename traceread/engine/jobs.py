@@ -6,7 +6,6 @@ Both go through the parse cache; ``read_traces`` parses the files on the local w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,7 @@ from traceread.engine.memory import Budget
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
 from traceread.read.discover import Found, find
+from traceread.read.jsonfile import load_json_object
 from traceread.read.ranks import assign_ranks, rank_from_name
 
 
@@ -56,7 +56,7 @@ def read_traces(
         ts.failures.append(ReadFailure(file=m, reason="no such file or folder"))
         ts.warnings.append(f"{m}: no such file or folder")
     if found.run_json:
-        ts.run_info = _load_run_info(found.run_json[0], ts.warnings)
+        ts.run_info = load_json_object(found.run_json[0], ts.warnings)
 
     results = read_tables(found.files, use_cache=use_cache, cache_dir=cache_dir, workers=workers,
                           progress_bar=progress)
@@ -85,19 +85,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
     rank = rank_from_name(str(path))
-    return ReadFailure(file=str(path), reason=reason, rank=rank), f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
-
-
-def _load_run_info(path: Path, warnings: list[str]) -> dict | None:
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{path}: cannot read run.json ({str(exc).splitlines()[0]})")
-        return None
-    if not isinstance(info, dict):
-        warnings.append(f"{path}: run.json is not a JSON object")
-        return None
-    return info
+    said = f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
+    return ReadFailure(file=str(path), reason=reason, rank=rank), said
 
 
 def read_tables(files: Sequence[Path], *, use_cache: bool, cache_dir: Path | None, workers: int | None,

@@ -117,8 +117,12 @@ class Budget:
     def for_files(cls, files: Sequence[str | Path | None]) -> Budget:
         """The budget of local trace files (None: not local, planned as a small rank)."""
         files = list(files)
-        return cls(lambda i: worker_peak(text_bytes(files[i]) if files[i] is not None else None),
-                   available_bytes())
+
+        def peak_of(i: int) -> int:
+            file = files[i]
+            return worker_peak(text_bytes(file) if file is not None else None)
+
+        return cls(peak_of, available_bytes())
 
     def peak(self, i: int) -> int:
         if i not in self._peaks:

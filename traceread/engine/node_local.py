@@ -99,7 +99,7 @@ def find_on_nodes(paths: list[str], address: str | None) -> tuple[list[NodeFile]
     for ref, node in refs.items():
         try:
             listed = ray.get(ref, timeout=300)
-        except Exception as exc:  # noqa: BLE001 - a node that cannot list is one warning, not the report
+        except Exception as exc:  # a node that cannot list is one warning, not the report
             where = node.get("NodeManagerHostname") or node["NodeID"][:12]
             warnings.append(f"node {where}: could not list {', '.join(absolute)}: {type(exc).__name__}")
             continue

@@ -53,7 +53,7 @@ class RayExecutor:
                 i = refs.pop(ref)
                 try:
                     res = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - task failed twice (retried by Ray)
+                except Exception as exc:  # task failed twice (retried by Ray)
                     msg = str(exc).strip().splitlines()
                     res = TaskFailed(f"Ray task failed twice: {type(exc).__name__}: {msg[-1] if msg else ''}"[:300])
                 done(i, res)

@@ -23,7 +23,7 @@ efficiency, NCCL) are listed in the file's metadata instead.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -31,13 +31,15 @@ import polars as pl
 from traceread import intervals as iv
 from traceread.export.rank_events import TIDS_PER_PID, metadata_events
 from traceread.export.selection import in_range
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Finding, Report
 
 FINDINGS_PID = 100_000
 MAX_GAPS_PER_RANK = 200
 MAX_LATE_PER_STRAGGLER = 2000
 MIN_GAP_US = 5.0
-PLACED = ("straggler", "pipeline_bubble", "host_bound", "slow_steps", "hang")
 
 _encode = __import__("msgspec").json.Encoder().encode
 
@@ -49,7 +51,7 @@ def _ms(us: float) -> float:
 class FindingMarks:
     """Collects the findings slices while ranks are written, emits them at the end."""
 
-    def __init__(self, report: dict[str, Any], steps: tuple[int | None, int | None] | None) -> None:
+    def __init__(self, report: Report, steps: tuple[int | None, int | None] | None) -> None:
         clock = (report.get("source") or {}).get("clock") or {}
         self.report = report
         self.offsets = {int(k): float(v) for k, v in (clock.get("offsets_us") or {}).items()}
@@ -95,7 +97,7 @@ class FindingMarks:
             self.last_end[rank] = last_end
 
     # -- slices ---------------------------------------------------------------------------------
-    def _finding(self, fid: str, rank: int | None = None) -> tuple[int, dict[str, Any]] | None:
+    def _finding(self, fid: str, rank: int | None = None) -> tuple[int, Finding] | None:
         for i, f in enumerate(self.findings, 1):
             if f["id"] == fid and (rank is None or f.get("rank") in (None, rank)):
                 return i, f
@@ -106,7 +108,7 @@ class FindingMarks:
             self._threads[thread] = FINDINGS_PID * TIDS_PER_PID + len(self._threads)
         return self._threads[thread]
 
-    def _slice(self, thread: str, start: float, end: float, num: int, f: dict[str, Any], what: str,
+    def _slice(self, thread: str, start: float, end: float, num: int, f: Finding, what: str,
                rank: int | None, us: float, **extra: Any) -> None:
         where = f"rank {rank}, " if rank is not None else ""
         args = {"finding_id": f["id"], "finding": num, "title": f["title"], "rank": rank, "ms": _ms(us), **extra}
@@ -156,7 +158,7 @@ class FindingMarks:
         sel = wins.filter(pl.col("step").map_elements(lambda x: in_range(int(x), self.steps), return_dtype=pl.Boolean))
         if sel.height == 0:
             return s[:0], e[:0]
-        lo, hi = float(sel["start"].min()), float(sel["end"].max())  # type: ignore[arg-type]
+        lo, hi = as_float(sel["start"].min()), as_float(sel["end"].max())
         s2, e2 = np.clip(s, lo, hi), np.clip(e, lo, hi)
         ok = e2 > s2
         return s2[ok], e2[ok]
@@ -181,9 +183,8 @@ class FindingMarks:
         res = stragglers.attribute(matched, self.windows, clock)
         timing = instance_timing(matched, clock, stragglers.BLAME_OPS)
         for i, f in enumerate(self.findings, 1):
-            if f["id"] != "straggler" or f.get("rank") is None:
+            if f["id"] != "straggler" or (r := f.get("rank")) is None:
                 continue
-            r = int(f["rank"])
             recs = res.records.filter((pl.col("rank") == r) & pl.col("step").map_elements(
                 lambda x: in_range(int(x), self.steps), return_dtype=pl.Boolean)).head(MAX_LATE_PER_STRAGGLER)
             if recs.height == 0:
@@ -234,7 +235,8 @@ class FindingMarks:
         missing = [int(r) for r in h.get("missing_ranks") or [] if int(r) in self.last_end]
         end = max(self.last_end.values())
         start = min((self.last_end[r] for r in missing), default=end)
-        what = f"{h.get('op')} #{h.get('seq')} on pg {h.get('pg')}: rank(s) {', '.join(map(str, h.get('missing_ranks') or []))} never joined"
+        absent = ", ".join(map(str, h.get("missing_ranks") or []))
+        what = f"{h.get('op')} #{h.get('seq')} on pg {h.get('pg')}: rank(s) {absent} never joined"
         self._slice(f"#{num} hang", start, end, num, f, what, missing[0] if missing else None, end - start,
                     missing_ranks=h.get("missing_ranks"), waiting_ranks=h.get("waiting_ranks"))
 

@@ -17,7 +17,7 @@ import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -26,6 +26,9 @@ from traceread.errors import TraceFileError
 from traceread.export.marks import FindingMarks
 from traceread.export.rank_events import RankEvents, metadata_events, rank_events, rank_pid
 from traceread.export.selection import rank_window
+
+if TYPE_CHECKING:
+    from traceread.report_schema import RankEntry, Report
 
 
 @dataclass
@@ -54,7 +57,7 @@ class _CountingWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._raw = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._raw = open(path, "wb")  # closed in close()
         self._out: io.BufferedIOBase | gzip.GzipFile = (
             gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6) if path.name.endswith(".gz") else self._raw)
         self._first = True
@@ -77,13 +80,13 @@ class _CountingWriter:
         return self.path.stat().st_size
 
 
-def process_name(entry: dict[str, Any]) -> str:
+def process_name(entry: RankEntry) -> str:
     """``rank N (host, device)`` — the parts that are unknown are left out."""
     parts = [str(x) for x in (entry.get("host"), entry.get("device")) if x]
     return f"rank {entry['rank']}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def export_trace(report: dict[str, Any], out: str | Path, options: ExportOptions | None = None,
+def export_trace(report: Report, out: str | Path, options: ExportOptions | None = None,
                  progress: Callable[[str], None] | None = None) -> ExportResult:
     """Write the merged trace of the ranks in ``report`` to ``out`` (see the module docstring)."""
     from traceread.engine.jobs import read_rank
@@ -115,7 +118,7 @@ def export_trace(report: dict[str, Any], out: str | Path, options: ExportOptions
             if marks.wants_tables(rank, is_out):
                 try:
                     marks.observe(rt, rank, is_out)
-                except Exception as exc:  # noqa: BLE001 - a finding's marks must not stop the export
+                except Exception as exc:  # a finding's marks must not stop the export
                     warnings.append(f"rank {rank}: findings marks skipped: {type(exc).__name__}: {exc}")
             if not is_out:
                 continue
@@ -135,7 +138,7 @@ def export_trace(report: dict[str, Any], out: str | Path, options: ExportOptions
         try:
             total += w.events(marks.events())
             n_marks = len(marks.slices)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             warnings.append(f"findings track incomplete: {type(exc).__name__}: {exc}")
             n_marks = 0
         other = {

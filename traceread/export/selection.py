@@ -7,9 +7,12 @@ report) and its host ``ProfilerStep`` windows, so the CPU work that launched tho
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from traceread.report_schema import RankEntry
 
 
 def parse_ranks(text: str | None) -> set[int] | None:
@@ -59,7 +62,7 @@ def in_range(step: int, steps: tuple[int | None, int | None] | None) -> bool:
     return (lo is None or step >= lo) and (hi is None or step <= hi)
 
 
-def rank_window(entry: dict[str, Any], host_steps: pl.DataFrame | None,
+def rank_window(entry: RankEntry, host_steps: pl.DataFrame | None,
                 steps: tuple[int | None, int | None] | None) -> tuple[float, float] | None:
     """The rank's own-clock time window of the selected steps; None = keep everything.
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -71,15 +74,15 @@ def raw_text_col(name: str, raws: Sequence[msgspec.Raw | None]) -> pl.Series:
     """
     if _all_none(raws):
         return null_series(name, pl.Utf8, len(raws))
-    if None in raws:
-        raws = [r if r is not None else _EMPTY for r in raws]
-    joined = b"\x00".join(raws)
-    if joined.count(b"\x00") != len(raws) - 1:  # pragma: no cover - NUL inside a JSON text
-        vals = [str(r, "utf-8", "replace") if r else None for r in raws]
-        return pl.Series(name, vals, dtype=pl.Utf8).replace("null", None)
+    # no None left: the check below keeps the common all-present batch from being copied
+    chunks = [r if r is not None else _EMPTY for r in raws] if None in raws else cast("Sequence[msgspec.Raw]", raws)
+    joined = b"\x00".join(chunks)
+    if joined.count(b"\x00") != len(chunks) - 1:  # pragma: no cover - NUL inside a JSON text
+        texts = [str(r, "utf-8", "replace") if r else None for r in chunks]
+        return pl.Series(name, texts, dtype=pl.Utf8).replace("null", None)
     text = pl.Series(name, [joined.decode("utf-8", "replace")], dtype=pl.Utf8)
     vals = text.str.split("\x00").explode()
-    return vals.set((vals == "") | (vals == "null"), None).alias(name)  # type: ignore[arg-type]
+    return vals.set((vals == "") | (vals == "null"), None).alias(name)
 
 
 _EMPTY = b""
@@ -104,7 +107,7 @@ def raw_id_text(r: msgspec.Raw | None) -> str | None:
     return s
 
 
-def null_series(name: str, dtype: pl.DataType, n: int) -> pl.Series:
+def null_series(name: str, dtype: PolarsDataType, n: int) -> pl.Series:
     """An all-null column that costs (almost) no memory: its zeroed buffer is never touched.
 
     Most comm/shape columns are null on most rows; built from a list of Nones they would cost
@@ -218,7 +221,7 @@ def triples(name: str, vals: list[Any]) -> list[pl.Series]:
             full[~missing] = arr
             mask = pl.Series(missing)
             return [
-                pl.Series(c, full[:, j], dtype=pl.Int64).set(mask, None)  # type: ignore[arg-type]
+                pl.Series(c, full[:, j], dtype=pl.Int64).set(mask, None)
                 for j, c in enumerate(names)
             ]
     trip = [triple(v) for v in vals]

@@ -25,9 +25,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceread.read.peek import FileFacts, name_facts, peek
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 __all__ = ["Cycle", "CycleChoiceError", "FileFacts", "Selection", "annotate", "choose", "chosen_files",
            "group_cycles", "name_facts", "peek", "select"]
@@ -130,11 +133,11 @@ def group_cycles(facts: list[FileFacts]) -> list[Cycle]:
     if all(f.cycle_hint is not None for f in facts):
         raw: dict[tuple[str, int], list[FileFacts]] = {}
         for f in facts:
-            raw.setdefault((f.run_dir or "", f.cycle_hint or 0), []).append(f)  # type: ignore[arg-type]
+            raw.setdefault((f.run_dir or "", f.cycle_hint or 0), []).append(f)
         runs: dict[str, list[tuple[int, list[FileFacts]]]] = {}
         for (rd, c), fs in sorted(raw.items()):
             runs.setdefault(rd, []).append((c, fs))
-        out = []
+        out: list[Cycle] = []
         for ri, (_rd, cs) in enumerate(sorted(runs.items()), start=1):
             out.extend(Cycle(run=ri, cycle=c, files=fs, label_source="collect") for c, fs in cs)
         return _finish(out)
@@ -305,7 +308,7 @@ def chosen_files(sel: Selection, order: Sequence[Path]) -> list[Path]:
     return [p for p in order if p in keep]
 
 
-def annotate(report: dict[str, Any], sel: Selection, warnings: list[str],
+def annotate(report: Report, sel: Selection, warnings: list[str],
              warm_names: Sequence[dict[str, float]]) -> None:
     """After the engine ran: the ``source`` cycle fields and, when the analysed steps look like
     warm-up (analysis.warmup), a warning saying so and what to record instead. ``warm_names``: the

@@ -172,7 +172,7 @@ def decode_value(raw: msgspec.Raw) -> Any:
         return None
 
 
-def first_json_char(data: bytes) -> str:
+def first_json_char(data: bytes | bytearray) -> str:
     head = bytes(data[:64]).lstrip()
     if head[:3] == b"\xef\xbb\xbf":
         head = head[3:].lstrip()

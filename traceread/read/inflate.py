@@ -72,7 +72,7 @@ def uncompressed_chunks(path: Path, limit: int | None = None) -> Iterator[bytes]
     magic bytes, not the name. Raises :class:`TraceFileError` (one line) for every problem."""
     limit = max_rank_bytes(limit)
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        fh = open(path, "rb")  # closed in the finally below
     except OSError as exc:
         raise TraceFileError(f"cannot open: {exc.strerror or exc}", str(path)) from None
     try:

@@ -48,7 +48,7 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
         raise
     except (MemoryError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # noqa: BLE001 - any surprise becomes the one-line file error
+    except Exception as exc:  # any surprise becomes the one-line file error
         msg = str(exc).splitlines()[0] if str(exc) else ""
         raise TraceFileError(
             f"cannot read trace: {type(exc).__name__}{': ' + msg if msg else ''}", str(p)

@@ -168,7 +168,7 @@ def _peek_file(facts: FileFacts) -> None:
     except TraceFileError as exc:
         facts.unreadable = exc.message
         return
-    except Exception as exc:  # noqa: BLE001 - any decode problem: one line, the file is left out
+    except Exception as exc:  # any decode problem: one line, the file is left out
         facts.unreadable = f"cannot read trace: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return
     if "traceEvents" not in stream.top:

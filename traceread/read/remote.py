@@ -99,7 +99,7 @@ def find_remote(url: str, found: Any, options: dict[str, Any] | None = None) -> 
     except ImportError as exc:
         found.missing.append(f"{url} ({exc})")
         return
-    except Exception as exc:  # noqa: BLE001 - network/credential trouble: one line, not a traceback
+    except Exception as exc:  # network/credential trouble: one line, not a traceback
         found.missing.append(f"{url} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
         return
     base = path.rstrip("/")
@@ -136,7 +136,7 @@ def parse_remote(rf: RemoteFile, options: dict[str, Any] | None = None, *,
         try:
             fs, path = _fs(rf.url, options or {})
             fs.get_file(path, str(local))
-        except Exception as exc:  # noqa: BLE001 - network trouble fails this rank only
+        except Exception as exc:  # network trouble fails this rank only
             raise TraceFileError(f"cannot fetch: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                                  rf.url) from None
         return parse_named(local, rf.url, max_rank_bytes=max_rank_bytes)

@@ -102,11 +102,11 @@ def judge(step_us: Sequence[float], startup: Mapping[str, float]) -> Verdict:
     return Verdict(bool(reasons), reasons, ratio, longest, names[:10])
 
 
-def report_step_us(ranks: Sequence[Mapping[str, object]]) -> list[float]:
+def report_step_us(ranks: Sequence[Mapping[str, Any]]) -> list[float]:
     """The job's step durations in step order: per step number, the median over ranks."""
     by_step: dict[int, list[float]] = {}
     for r in ranks:
-        for s in r.get("steps") or []:  # type: ignore[union-attr]
+        for s in r.get("steps") or []:
             d = s.get("duration_us")
             if d is not None and s.get("step") is not None:
                 by_step.setdefault(int(s["step"]), []).append(float(d))

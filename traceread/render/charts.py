@@ -15,7 +15,7 @@ from typing import Any
 
 from traceread.build.explain import bus_factor
 from traceread.build.queries import coll_time, n_steps, per_step, step_us
-from traceread.report_schema import LEDGER_CATEGORIES, Report
+from traceread.report_schema import LEDGER_CATEGORIES, RankEntry, Report
 
 Figure = dict[str, Any]
 MAX_LANES = 32
@@ -36,13 +36,14 @@ def short(text: Any, n: int = 60) -> str:
 
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
     base = {"title": {"text": title, "x": 0.0}, "margin": {"l": 70, "r": 20, "t": 40, "b": 50},
-            "height": 360, "legend": {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"}, "template": None,
+            "height": 360, "template": None,
+            "legend": {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
             "font": {"family": "system-ui, sans-serif", "size": 12}}
     base.update(kw)
     return base
 
 
-def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[dict[str, Any]]:
+def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[RankEntry]:
     """Ranks to draw one lane each for: all of them when few, else slowest/fastest/evenly spaced."""
     ranks = list(report.get("ranks") or [])
     if len(ranks) <= limit:
@@ -193,6 +194,7 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
 def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:
     """Rank × step: time each rank waited in collectives (or, without that, time behind the step median)."""
     hm = report.get("straggler_heatmap")
+    z: list[list[float | None]]
     if hm and hm.get("wait_us"):
         z = [[None if v is None else v / 1000.0 for v in row] for row in hm["wait_us"]]
         ranks, steps, what = hm["ranks"], hm["steps"], "wait in collectives (ms)"
@@ -207,11 +209,11 @@ def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:
             for s in r["steps"]:
                 z[i][idx[s["step"]]] = s["duration_us"] / 1000.0
         for j in range(len(steps)):
-            col = [row[j] for row in z if row[j] is not None]
+            col = [v for row in z if (v := row[j]) is not None]
             m = median(col) if col else 0.0
             for row in z:
-                if row[j] is not None:
-                    row[j] = row[j] - m
+                if (v := row[j]) is not None:
+                    row[j] = v - m
         ranks, what = [r["rank"] for r in ranks_e], "step time minus the step's median over ranks (ms)"
     return {"data": [{"type": "heatmap", "z": z, "x": [str(s) for s in steps], "y": [f"r{r}" for r in ranks],
                       "colorscale": "Reds", "colorbar": {"title": {"text": "ms"}},
@@ -228,7 +230,7 @@ def collectives_figure(report: Report, top: int = 15) -> tuple[Figure | None, st
         return None, "No collective with a known size and group (bandwidth needs both)."
     colls.sort(key=lambda c: -coll_time(c))
     colls = colls[:top]
-    x = [short(f"{c['name']} pg {c.get('pg')} {c.get('bytes', 0) / 1e6:.1f} MB") for c in colls]
+    x = [short(f"{c['name']} pg {c.get('pg')} {(c.get('bytes') or 0) / 1e6:.1f} MB") for c in colls]
     data = [{"type": "bar", "name": "bus bandwidth", "x": x, "y": [c["busbw_gbps"] for c in colls],
              "marker": {"color": "#4C78A8"}, "hovertemplate": "%{x}: %{y:.1f} GB/s<extra></extra>"}]
     peaks = [c.get("link_peak_gbps") for c in colls]
@@ -271,8 +273,9 @@ def roofline_figure(report: Report) -> tuple[Figure | None, str | None]:
                      "y": [o["achieved_tflops"] for o in sel], "text": [short(o["name"]) for o in sel],
                      "marker": {"color": color, "size": [8 + 22 * (float(o.get("time_us") or 0) / tmax) ** 0.5 for o in sel]},
                      "hovertemplate": "%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>"})
-    return {"data": data, "layout": _layout(f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}",
-                                            height=420, xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+    title = f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}"
+    return {"data": data, "layout": _layout(title, height=420,
+                                            xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
                                             yaxis={"type": "log", "title": {"text": "TFLOP/s"}})}, None
 
 
@@ -347,7 +350,7 @@ def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
     if not led:
         return None, "No step ledger: the traces have no GPU steps (CPU-only or empty traces)."
     crit = led.get("critical_rank")
-    cols = [("job (critical r%s)" % crit, by_category(led.get("parts") or []))]
+    cols = [(f"job (critical r{crit})", by_category(led.get("parts") or []))]
     ranks = [r for r in pick_lanes(report) if r.get("ledger")]
     cols += [(f"r{r['rank']}", by_category(r["ledger"]["parts"])) for r in ranks]
     x = [c for c, _ in cols]

@@ -6,13 +6,16 @@ function here, which returns nothing/empty when the report has no drift (a singl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup, escape
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Report
 
 COLUMNS = (("step_us", "step"), ("compute_us", "compute"), ("exposed_comm_us", "exposed comm"),
            ("idle_us", "idle"), ("host_bound_us", "host-bound"))
@@ -59,7 +62,7 @@ def _header(drift: dict[str, Any]) -> list[str]:
     return ["cycle", *(name for _, name in COLUMNS), *(_clean(f"comm {pg}") for pg in _pgs(drift)), "top straggler"]
 
 
-def render_terminal(report: dict[str, Any], console: Console, *, ascii_only: bool = False) -> None:
+def render_terminal(report: Report, console: Console, *, ascii_only: bool = False) -> None:
     """The per-cycle table (ms per step) and the headline; nothing without ``drift``."""
     drift = report.get("drift")
     if not drift:
@@ -75,7 +78,7 @@ def render_terminal(report: dict[str, Any], console: Console, *, ascii_only: boo
         console.print(Text("DRIFT: ", style="bold magenta") + Text(_clean(str(drift["headline"]))))
 
 
-def html_section(report: dict[str, Any]) -> Markup:
+def html_section(report: Report) -> Markup:
     """``<section id="drift">`` with the same table; every string escaped; empty without drift."""
     drift = report.get("drift")
     if not drift:

@@ -88,7 +88,8 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)  # no bytecode cache: jinja2 unpickles it (runs code)
     env.filters.update(ms=_undef_none(ms), pct=_undef_none(pct), nbytes=_undef_none(nbytes))
-    env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list, fmt_num=_undef_none(_fmt_num))
+    env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list,
+                       fmt_num=_undef_none(_fmt_num))
     return env
 
 
@@ -116,11 +117,11 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
     step = median_step_us(report)
     colls = sorted(report.get("collectives") or [],
                    key=lambda c: -coll_time(c))
-    mfu_vals = [r.get("mfu_pct") for r in ranks if r.get("mfu_pct") is not None]
-    exp_vals = [per_step(r, "exposed_comm_us") for r in ranks if r.get("exposed_comm_us") is not None]
-    ov = [r.get("comm_overlap_pct") for r in ranks if r.get("comm_overlap_pct") is not None]
-    sme = [r.get("sm_efficiency_pct") for r in ranks if r.get("sm_efficiency_pct") is not None]
-    occ = [r.get("achieved_occupancy_pct") for r in ranks if r.get("achieved_occupancy_pct") is not None]
+    mfu_vals = [v for r in ranks if (v := r.get("mfu_pct")) is not None]
+    exp_vals = [v for r in ranks if r.get("exposed_comm_us") is not None and (v := per_step(r, "exposed_comm_us")) is not None]
+    ov = [v for r in ranks if (v := r.get("comm_overlap_pct")) is not None]
+    sme = [v for r in ranks if (v := r.get("sm_efficiency_pct")) is not None]
+    occ = [v for r in ranks if (v := r.get("achieved_occupancy_pct")) is not None]
     dev = next((r.get("device") for r in ranks if r.get("device")), None)
     text = {
         "breakdown": ("Each bar is one rank's mean step, split so the parts add up exactly: compute (any "
@@ -136,33 +137,34 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
         "collectives": " ".join(filter(None, [
             explain.ring_allreduce(colls[0]) if colls else None, explain.link_cliff(colls)])) or
         "No collectives were found in the traces.",
-        "roofline": explain.roofline(report["roofline"]) if report.get("roofline") else
+        "roofline": explain.roofline(roof) if (roof := report.get("roofline")) else
         "Operator FLOPs and bytes come from recorded input shapes; without them no roofline is drawn.",
         "kernels": explain.sm_efficiency(sorted(sme)[len(sme) // 2] if sme else None,
                                          sorted(occ)[len(occ) // 2] if occ else None,
                                          next((r.get("num_sms") for r in ranks if r.get("num_sms")), None)),
-        "pipeline": explain.pipeline(report["pipeline"], step) if report.get("pipeline") else
+        "pipeline": explain.pipeline(pipe, step) if (pipe := report.get("pipeline")) else
         "Pipeline parallelism splits the model's layers into stages on different GPUs; none was detected here.",
         "ledger": ("The median step split so that every microsecond is counted once (docs/ledger.md): compute "
                    "(compute-bound, memory-bound, other), exposed communication per process-group role (waiting for "
                    "a late peer vs transfer), pipeline bubble, exposed memcpy, host-bound idle (before the next "
                    "kernel was launched), waiting on a dependency, other idle. The job bar follows the critical "
                    "path: where the slowest rank waited for a late peer, the peer's own time is shown. "
-                   + (f"Findings account for {ms((report.get('coverage') or {}).get('explained_us'))} of "
-                      f"{ms((report.get('coverage') or {}).get('step_us'))} per step." if report.get("coverage") else "")),
+                   + (f"Findings account for {ms(cov.get('explained_us'))} of {ms(cov.get('step_us'))} per step."
+                      if (cov := report.get("coverage")) else "")),
         "slow_steps": ("A step is flagged slow when it takes clearly longer than the median step; the cause says "
                        "which part of the breakdown grew (or which rank held everyone up)."),
     }
     return {k: {"chart": (k if figs.get(k, (None,))[0] is not None else None),
                 "reason": figs.get(k, (None, None))[1], "text": text.get(k, "")}
-            for k in text} | {"_figs": {k: f for k, (f, _) in figs.items() if f is not None}}  # type: ignore[dict-item]
+            for k in text} | {"_figs": {k: f for k, (f, _) in figs.items() if f is not None}}
 
 
 def _timeline_text(report: Report) -> str:
     tl = report.get("step_timeline") or {}
     clock = (report.get("source") or {}).get("clock") or {}
     eps = clock.get("epsilon_us")
-    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if eps is not None and clock.get("method") not in (None, "none")
+    aligned = eps is not None and clock.get("method") not in (None, "none")
+    sync = (f"All ranks are on one clock (the report's alignment, ±{eps:.0f} µs)" if aligned
             else "Each rank is on its own trace clock (no clock alignment was possible)")
     return (f"The median and the slowest step as they really ran: one lane per GPU stream of each rank, and a "
             f"\"GPU\" lane with the gaps where nothing ran (yellow: the host launched the next work late). {sync}. "
@@ -198,7 +200,7 @@ def render_html(report: Report, *, title: str | None = None) -> str:
 def _drift_html(report: Report) -> Any:
     from traceread.render.drift_view import html_section
 
-    return html_section(report)  # type: ignore[arg-type]
+    return html_section(report)
 
 
 NCCL_LABELS: dict[str, str] = {

@@ -8,10 +8,9 @@ rank and the slowest others, plus a bar of all ranks' mean share, and say so.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from traceread.fmt import ms
-from traceread.report_schema import LEDGER_CATEGORIES, Report
+from traceread.report_schema import LEDGER_CATEGORIES, LedgerPart, Report
 
 #: Glyph, short label and rich colour of each category.
 STYLE: dict[str, tuple[str, str, str]] = {
@@ -29,7 +28,7 @@ STYLE: dict[str, tuple[str, str, str]] = {
 BAR_WIDTH = 60
 
 
-def by_category(parts: list[dict[str, Any]]) -> dict[str, float]:
+def by_category(parts: list[LedgerPart]) -> dict[str, float]:
     """µs per category (roles and ranks summed), in display order."""
     acc: dict[str, float] = defaultdict(float)
     for p in parts:

@@ -13,14 +13,15 @@ from traceread.report_schema import Report
 
 def nccl_lines(report: Report) -> list[str]:
     """A few plain lines: version, size, network and transports, init time, WARN lines, timeouts."""
-    n: dict[str, Any] = report.get("nccl") or {}  # type: ignore[assignment]
+    n: dict[str, Any] = report.get("nccl") or {}
     if not n:
         return []
     parts = [f"NCCL {n.get('version') or '(version not logged)'}"]
     if n.get("nranks"):
         parts.append(f"{n['nranks']} ranks" + (f" on {n['nodes']} node(s)" if n.get("nodes") else ""))
     if n.get("network"):
-        gdr = {True: ", GPUDirect RDMA", False: ", no GPUDirect RDMA"}.get(n.get("gdrdma"), "")  # type: ignore[arg-type]
+        gdrdma = n.get("gdrdma")
+        gdr = {True: ", GPUDirect RDMA", False: ", no GPUDirect RDMA"}.get(gdrdma, "") if gdrdma is not None else ""
         parts.append(f"network {n['network']}{gdr}")
     transports = n.get("transports") or {}
     if transports:

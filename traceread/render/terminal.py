@@ -45,7 +45,8 @@ def answer(report: Report) -> tuple[str, str | None]:
                                   f.get("rank") is not None and f"rank {f.get('rank')}") if x) if f["id"] != "hang" else ""
 
     text = f"{f['title']} [{ms(f['impact_us_per_step'])}/step{share}{'; ' + where if where else ''}]"
-    sugg = (f.get("suggestions") or [None])[0]
+    suggestions = f.get("suggestions")
+    sugg = suggestions[0] if suggestions else None
     return text, sugg
 
 
@@ -212,7 +213,7 @@ def render(report: Report, console: Console, *, top: int = 10, ascii_only: bool 
         console.print(Text(line))
     from traceread.render.drift_view import render_terminal as render_drift
 
-    render_drift(report, console, ascii_only=ascii_only)  # type: ignore[arg-type]
+    render_drift(report, console, ascii_only=ascii_only)
     warnings = report.get("warnings") or []
     if warnings:
         console.print(Text(f"{len(warnings)} warning(s):", style="yellow"))

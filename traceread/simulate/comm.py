@@ -148,7 +148,8 @@ def p2p(ctx: RankCtx, pg: ProcessGroup, kind: str, peer: int, nelems: int, tag: 
 def _launch(ctx: RankCtx, op_name: str, pg: ProcessGroup, info: CommInfo, spec: KernelSpec, waits: list[GpuOp],
             phase: str, dims: list[list[int]]) -> GpuOp:
     args = comm_args(info, ctx.rank)
-    with ctx.op(op_name, dims=dims + [[], []], types=["c10::BFloat16"] * len(dims) + ["ScalarList", "Int"], pre=6_000, post=4_000):
+    types = ["c10::BFloat16"] * len(dims) + ["ScalarList", "Int"]
+    with ctx.op(op_name, dims=dims + [[], []], types=types, pre=6_000, post=4_000):
         if waits:
             ctx.runtime("cudaEventRecord", 135, 1_500)
             ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
@@ -161,6 +162,9 @@ def _launch(ctx: RankCtx, op_name: str, pg: ProcessGroup, info: CommInfo, spec: 
 def comm_args(info: CommInfo, rank: int) -> dict[str, object]:
     """The ``record_param_comms`` args (also copied onto the NCCL kernel)."""
     ranks = info.pg_ranks
+    # p2p ops record the other side's group rank; collectives this rank's own
+    other = info.dst_rank if info.src_rank == rank else info.src_rank
+    peer = rank if info.src_rank is None or other is None else other
     args: dict[str, object] = {
         "Collective name": info.coll_name,
         "dtype": info.dtype,
@@ -174,7 +178,7 @@ def comm_args(info: CommInfo, rank: int) -> dict[str, object]:
         "Process Group Name": info.pg_name,
         "Process Group Description": info.pg_desc,
         "Process Group Ranks": "[" + ", ".join(map(str, ranks)) + "]",
-        "Rank": ranks.index(rank if info.src_rank is None else (info.dst_rank if info.src_rank == rank else info.src_rank)),
+        "Rank": ranks.index(peer),
         "Seq": info.seq,
         "Comms Id": info.comms_id,
         "Is asynchronized op": False,

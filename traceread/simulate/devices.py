@@ -1,15 +1,19 @@
 """GPUs the simulator can pretend to run on, with the numbers a real Kineto trace would carry.
 
-``deviceProperties`` fields mirror what libkineto writes (``DeviceProperties.cpp``); peaks are the
-*dense* datasheet numbers of ``shared/notes/roofline_occupancy.md`` §5.1 (never the 2:4-sparse
-ones). Launch statistics (``blocks per SM``, ``warps per SM``, ``est. achieved occupancy %``) follow
-libkineto's formulas so a simulated kernel looks exactly like one CUPTI recorded.
+``deviceProperties`` fields mirror what libkineto writes (``DeviceProperties.cpp``); SM counts,
+peaks and HBM bandwidth are the device catalogue's rows (:mod:`traceread.devices`, dense datasheet
+numbers, never the 2:4-sparse ones), the same the analysis divides by. Launch statistics
+(``blocks per SM``, ``warps per SM``, ``est. achieved occupancy %``) follow libkineto's formulas so a
+simulated kernel looks exactly like one CUPTI recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+
+from traceread.devices import DEVICES as CATALOGUE
+from traceread.devices import DeviceSpec, G, T
 
 
 @dataclass(frozen=True)
@@ -18,17 +22,14 @@ class Device:
 
     key: str
     name: str  # as torch.cuda.get_device_name() reports it
-    num_sms: int
+    spec: DeviceSpec  # the catalogue row: SMs, dense peaks, HBM bandwidth
     compute_major: int
     compute_minor: int
     total_global_mem: int  # bytes
     shared_mem_per_sm: int
     shared_mem_per_block_optin: int
-    peak_bf16_tflops: float  # dense tensor-core bf16
-    mem_bw_gbs: float  # HBM, 1e9 B/s
     nvlink_busbw_gbs: float  # achievable NCCL bus bandwidth inside one node
     arch: str  # "ampere" | "hopper" | "blackwell": picks realistic GEMM kernel names
-    peak_fp32_tflops: float = 0.0  # dense FP32 vector rate: the roofline ceiling of non-matrix ops
     max_threads_per_sm: int = 2048
     regs_per_sm: int = 65536
     max_blocks_per_sm: int = 32
@@ -54,60 +55,65 @@ class Device:
 
     def ridge(self, matmul: bool) -> float:
         """Roofline ridge point (FLOP/byte): matrix ops against the bf16 tensor peak, others the FP32 rate."""
-        peak = self.peak_bf16_tflops if matmul else self.peak_fp32_tflops
-        return peak * 1e12 / (self.mem_bw_gbs * 1e9)
+        peak = self.peak_flops if matmul else (self.spec.vector_flops or 0.0)
+        return peak / self.spec.hbm_bytes_per_s
+
+    @property
+    def num_sms(self) -> int:
+        assert self.spec.num_sms is not None, f"{self.key}: the catalogue row has no SM count"
+        return self.spec.num_sms
 
     @property
     def peak_flops(self) -> float:
         """Dense bf16 peak in FLOP/s (the MFU denominator)."""
-        return self.peak_bf16_tflops * 1e12
+        return self.spec.peak_flops["bf16"]
+
+    @property
+    def peak_bf16_tflops(self) -> float:
+        return self.peak_flops / T
+
+    @property
+    def mem_bw_gbs(self) -> float:
+        """HBM bandwidth, GB/s (1e9 B/s)."""
+        return self.spec.hbm_bytes_per_s / G
 
 
 DEVICES: dict[str, Device] = {
     "H100": Device(
         key="H100",
         name="NVIDIA H100 80GB HBM3",
-        num_sms=132,
+        spec=CATALOGUE["h100-sxm"],
         compute_major=9,
         compute_minor=0,
         total_global_mem=85_045_477_376,
         shared_mem_per_sm=233_472,
         shared_mem_per_block_optin=232_448,
-        peak_bf16_tflops=989.4,
-        mem_bw_gbs=3350.0,
         nvlink_busbw_gbs=360.0,
         arch="hopper",
-        peak_fp32_tflops=66.9,
     ),
     "A100": Device(
         key="A100",
         name="NVIDIA A100-SXM4-80GB",
-        num_sms=108,
+        spec=CATALOGUE["a100-sxm-80gb"],
         compute_major=8,
         compute_minor=0,
         total_global_mem=85_097_971_712,
         shared_mem_per_sm=167_936,
         shared_mem_per_block_optin=166_912,
-        peak_bf16_tflops=312.0,
-        mem_bw_gbs=2039.0,
         nvlink_busbw_gbs=230.0,
         arch="ampere",
-        peak_fp32_tflops=19.5,
     ),
     "B200": Device(
         key="B200",
         name="NVIDIA B200",
-        num_sms=148,
+        spec=CATALOGUE["b200"],
         compute_major=10,
         compute_minor=0,
         total_global_mem=191_514_247_168,
         shared_mem_per_sm=233_472,
         shared_mem_per_block_optin=232_448,
-        peak_bf16_tflops=2250.0,
-        mem_bw_gbs=8000.0,
         nvlink_busbw_gbs=720.0,
         arch="blackwell",
-        peak_fp32_tflops=75.0,
     ),
 }
 

@@ -64,13 +64,13 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
     gpus_per_host = min(gpus_per_host, MAX_GPUS_PER_MACHINE)
     dev = ctx.dev
     pid, dev_id = ctx.pid, ctx.device_id
-    first = min(min(e.ts for e in ctx.events), min(o.start for o in ctx.gpu))  # type: ignore[type-var]
-    last = max(max(e.ts + e.dur for e in ctx.events), max(o.end for o in ctx.gpu))  # type: ignore[type-var]
+    first = min(min(e.ts for e in ctx.events), min(o.placed_start for o in ctx.gpu))
+    last = max(max(e.ts + e.dur for e in ctx.events), max(o.placed_end for o in ctx.gpu))
     meta_ts = _t(first + off - 50_000)
     events: list[dict[str, Any]] = []
     host = sorted(ctx.events, key=lambda e: (e.ts, -e.dur))
     events += [_host(e, pid, off) for e in host]
-    gpu = sorted(ctx.gpu, key=lambda o: (o.start, o.stream))  # type: ignore[arg-type, return-value]
+    gpu = sorted(ctx.gpu, key=lambda o: (o.start, o.stream))
     events += [_gpu(o, dev_id, off) for o in gpu]
     flows: list[dict[str, Any]] = []
     for o in gpu:
@@ -78,7 +78,7 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
             continue
         flows.append({"ph": "s", "id": o.correlation, "pid": pid, "tid": o.launch.tid, "ts": _t(o.launch.ts + off),
                       "cat": "ac2g", "name": "ac2g"})
-        flows.append({"ph": "f", "id": o.correlation, "pid": dev_id, "tid": o.stream, "ts": _t(o.start + off),  # type: ignore[operator]
+        flows.append({"ph": "f", "id": o.correlation, "pid": dev_id, "tid": o.stream, "ts": _t(o.placed_start + off),
                       "cat": "ac2g", "name": "ac2g", "bp": "e"})
     for fid, fwd, bwd in ctx.flows:
         flows.append({"ph": "s", "id": fid, "pid": pid, "tid": fwd.tid, "ts": _t(fwd.ts + off), "cat": "fwdbwd",

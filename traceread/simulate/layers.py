@@ -239,7 +239,7 @@ class Emitter:
             return ctx.launch(spec, COMPUTE_STREAM, rec=rec, phase=phase)
 
     # ---- backward ops (autograd thread) ----------------------------------------------------------
-    def _bwd_node(self, node: str, seq: int):  # type: ignore[no-untyped-def]
+    def _bwd_node(self, node: str, seq: int):
         """``autograd::engine::evaluate_function: X`` > ``X``, linked to the forward op by sequence number."""
         ctx = self.ctx
         return _Nested(ctx, [
@@ -333,7 +333,6 @@ class Emitter:
 
     def add_backward(self, m: int, c: int, *, seq: int, phase: str = "bwd") -> GpuOp:
         """Residual-gradient accumulation (``AddBackward0`` then an in-place add of the two branches)."""
-        ctx = self.ctx
         with self._bwd_node("AddBackward0", seq):
             pass
         return self.add_(m, c, phase=phase)
@@ -392,10 +391,10 @@ class Emitter:
 class _Nested:
     """Open several nested ops with one ``with`` (backward evaluate_function + node)."""
 
-    def __init__(self, ctx: RankCtx, specs: list[dict]) -> None:  # type: ignore[type-arg]
+    def __init__(self, ctx: RankCtx, specs: list[dict]) -> None:
         self.ctx = ctx
         self.specs = specs
-        self._cms: list = []  # type: ignore[type-arg]
+        self._cms: list = []
 
     def __enter__(self) -> None:
         for s in self.specs:

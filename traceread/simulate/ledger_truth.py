@@ -82,9 +82,9 @@ class LedgerModel:
                     self.bound[id(k)] = cls
         self.last: dict[tuple[Any, ...], tuple[int, int]] = {}  # instance -> (last arrival, late rank)
         for key, members in built.sim.instances.items():
-            t = max(m.arrival for m in members)  # type: ignore[type-var]
+            t = max(m.placed_arrival for m in members)
             late = min(m.rank for m in members if m.arrival == t)
-            self.last[key] = (t, late)  # type: ignore[assignment]
+            self.last[key] = (t, late)
 
     def role(self, op: GpuOp) -> str:
         assert op.comm is not None
@@ -108,11 +108,11 @@ def _compute_label(model: LedgerModel, comps: list[GpuOp]) -> str:
 def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, split: bool = True) -> list[Seg]:
     """The labelled segments of ``ctx``'s step window ``[s, e)``; ``split=False`` is the one-rank view
     (no comm_wait split: all communication is ``comm_transfer``)."""
-    ops = [o for o in ctx.gpu if o.end > s and o.start < e]  # type: ignore[operator]
+    ops = [o for o in ctx.gpu if o.placed_end > s and o.placed_start < e]
     events: list[tuple[int, int, int, GpuOp]] = []
     for i, o in enumerate(ops):
-        events.append((max(o.start, s), 1, i, o))  # type: ignore[type-var]
-        events.append((min(o.end, e), 0, i, o))  # type: ignore[type-var]
+        events.append((max(o.placed_start, s), 1, i, o))
+        events.append((min(o.placed_end, e), 0, i, o))
     events.sort(key=lambda x: (x[0], x[1], x[2]))
     times = sorted({s, e} | {t for t, _, _, _ in events})
     active: dict[int, GpuOp] = {}
@@ -135,7 +135,8 @@ def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, s
         elif comms:
             k = min(comms, key=lambda o: (o.start, o.launch.ts if o.launch else 0, o.rank))
             role = model.role(k)
-            last, late = model.last[k.comm.key]  # type: ignore[union-attr]
+            assert k.comm is not None  # a comm-class op always carries its collective
+            last, late = model.last[k.comm.key]
             cut = min(max(last, t0), t1) if split else t0
             if cut > t0:
                 raw.append(Seg(t0, cut, "bubble" if role == "pp" else "comm_wait", role,
@@ -153,8 +154,8 @@ def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, s
         if not nxt or all(o.launch is None for o in nxt):
             raw.append(Seg(a, b, "idle_other"))
             continue
-        first = min((o for o in nxt if o.launch is not None), key=lambda o: (o.launch.ts, o.correlation))  # type: ignore[union-attr]
-        launch = min(max(first.launch.ts, a), b)  # type: ignore[union-attr]
+        launches = [(o.launch.ts, o.correlation) for o in nxt if o.launch is not None]
+        launch = min(max(min(launches)[0], a), b)
         if launch > a:
             raw.append(Seg(a, launch, "host_bound"))
         if b > launch:
@@ -311,7 +312,7 @@ def layout_truth(built: Built) -> dict[str, Any]:
     def host(r: int) -> int:
         return node_of(built, r)
 
-    groups = []
+    groups: list[dict[str, Any]] = []
     for g in all_groups(built):
         role = roles[g.name]
         groups.append({"pg": g.name, "desc": g.desc, "role": role, "size": len(g.ranks), "ranks": list(g.ranks),

@@ -327,7 +327,7 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
             with ctx.op("DistributedDataParallel.forward" if k.comm == "allreduce" else "FSDP::pre_forward",
                         cat="user_annotation", pre=20_000):
                 for i, blk in enumerate(blocks):
-                    waits = [h2d] if i == 0 else []
+                    waits: list[GpuOp] = [h2d] if i == 0 else []
                     if k.comm == "fsdp":
                         for j in (i, i + 1) if k.prefetch else (i,):
                             if j < k.layers and j not in ag:
@@ -345,7 +345,7 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                 comm_ops: list[GpuOp] = []
                 ag_b: dict[int, GpuOp] = {}
                 for idx, layer in enumerate(order):
-                    waits: list[GpuOp] = []
+                    waits = []
                     if k.comm == "fsdp":
                         for j in (layer, layer - 1) if k.prefetch else (layer,):
                             if j >= 0 and j not in ag_b:
@@ -483,7 +483,7 @@ def pipeline_order(stage: int, stages: int, micro: int, schedule: str, chunks: i
         order.append(("B", *virt(b, False)))
         b += 1
     order += [("B", *virt(k, False)) for k in range(b, total)]
-    return order  # type: ignore[return-value]
+    return order
 
 
 def _pp_program(ctx: RankCtx, k: Knobs, pg: ProcessGroup, stage: int | None = None, stages: int | None = None,

@@ -91,6 +91,22 @@ class GpuOp:
     start: int | None = None
     end: int | None = None
 
+    # Truth and the trace writer read a schedule only after it placed every op: these say so once.
+    @property
+    def placed_arrival(self) -> int:
+        assert self.arrival is not None, "op read before the schedule placed it"
+        return self.arrival
+
+    @property
+    def placed_start(self) -> int:
+        assert self.start is not None, "op read before the schedule placed it"
+        return self.start
+
+    @property
+    def placed_end(self) -> int:
+        assert self.end is not None, "op read before the schedule placed it"
+        return self.end
+
 
 @dataclass(eq=False)
 class OpRecord:
@@ -427,7 +443,7 @@ class Simulation:
                                     raise RuntimeError(f"collective {op.comm.key} joined by {len(inst)} ops")
                                 if len(inst) < op.comm.members or any(m.arrival is None for m in inst):
                                     break
-                                last = max(m.arrival for m in inst)  # type: ignore[type-var]
+                                last = max(m.placed_arrival for m in inst)
                                 for m in inst:
                                     m.start = m.arrival
                                     m.end = last + op.comm.transfer_ns

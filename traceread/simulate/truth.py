@@ -50,18 +50,13 @@ Interval = tuple[int, int]
 
 def union_len(intervals: list[Interval]) -> int:
     """Length of the union of [start, end) intervals."""
-    total = 0
-    cur_s = cur_e = None
+    merged: list[list[int]] = []
     for s, e in sorted(i for i in intervals if i[1] > i[0]):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s  # type: ignore[operator]
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s  # type: ignore[operator]
-    return total
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return sum(e - s for s, e in merged)
 
 
 def clip(intervals: list[Interval], lo: int, hi: int) -> list[Interval]:
@@ -137,25 +132,25 @@ def step_windows(ctx: RankCtx) -> dict[int, Interval]:
 
 
 def _classes(ops: list[GpuOp]) -> tuple[list[Interval], list[Interval], list[Interval]]:
-    comp = [(o.start, o.end) for o in ops if o.cls == "comp"]
-    comm = [(o.start, o.end) for o in ops if o.cls == "comm"]
-    mem = [(o.start, o.end) for o in ops if o.cls == "memcpy"]
-    return comp, comm, mem  # type: ignore[return-value]
+    comp = [(o.placed_start, o.placed_end) for o in ops if o.cls == "comp"]
+    comm = [(o.placed_start, o.placed_end) for o in ops if o.cls == "comm"]
+    mem = [(o.placed_start, o.placed_end) for o in ops if o.cls == "memcpy"]
+    return comp, comm, mem
 
 
 def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
     ops = ctx.gpu
     comp, comm, mem = _classes(ops)
-    lo = min(o.start for o in ops)  # type: ignore[type-var]
-    hi = max(o.end for o in ops)  # type: ignore[type-var]
-    b = breakdown(comp, comm, mem, hi - lo)  # type: ignore[operator]
-    kern = [(o.start, o.end, o.stats.blocks_per_sm) for o in ops if o.kind == "kernel" and o.stats]
-    occ_num = sum((o.end - o.start) * o.stats.occupancy_pct for o in ops if o.kind == "kernel" and o.stats)  # type: ignore
-    occ_den = sum((o.end - o.start) for o in ops if o.kind == "kernel" and o.stats)  # type: ignore
-    steps = []
+    lo = min(o.placed_start for o in ops)
+    hi = max(o.placed_end for o in ops)
+    b = breakdown(comp, comm, mem, hi - lo)
+    kern = [(o.placed_start, o.placed_end, o.stats.blocks_per_sm) for o in ops if o.kind == "kernel" and o.stats]
+    occ_num = sum((o.placed_end - o.placed_start) * o.stats.occupancy_pct for o in ops if o.kind == "kernel" and o.stats)
+    occ_den = sum((o.placed_end - o.placed_start) for o in ops if o.kind == "kernel" and o.stats)
+    steps: list[dict[str, Any]] = []
     windows = step_windows(ctx)
     peak = built.sim.dev.peak_flops
-    matmul: list[LeafOp] = [r for r in ctx.ops if r.matmul]  # type: ignore[misc]
+    matmul = [r for r in ctx.ops if isinstance(r, LeafOp) and r.matmul]
     for step in built.knobs.step_numbers():
         s, e = windows[step]
         sb = breakdown(clip(comp, s, e), clip(comm, s, e), clip(mem, s, e), e - s)
@@ -166,7 +161,7 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
             "start_us": _us(s, base_ns),
             "duration_us": _us(e - s),
             **_breakdown_us(sb),
-            "sm_efficiency_pct": sm_efficiency(kern, s, e),  # type: ignore[arg-type]
+            "sm_efficiency_pct": sm_efficiency(kern, s, e),
             "model_flops": model_step,
             "hardware_flops": hw_step,
             "mfu_pct": 100.0 * model_step / ((e - s) * 1e-9 * peak),
@@ -178,11 +173,11 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
     mean_step_s = statistics.fmean(st["duration_us"] for st in steps) / 1e6
     return {
         "window_us": _us(b["window"]),
-        "window_start_us": _us(lo, base_ns),  # type: ignore[arg-type]
+        "window_start_us": _us(lo, base_ns),
         **_breakdown_us(b),
         "gpu_busy_us": _us(b["busy"]),
         "comm_overlap_pct": _pct(b["overlap"], b["comm"]),
-        "sm_efficiency_pct": sm_efficiency(kern, lo, hi),  # type: ignore[arg-type]
+        "sm_efficiency_pct": sm_efficiency(kern, lo, hi),
         "achieved_occupancy_pct": occ_num / occ_den if occ_den else 0.0,
         "model_flops_per_step": model_flops,
         "mfu_pct": 100.0 * model_flops / (mean_step_s * peak),
@@ -204,25 +199,26 @@ def collectives_truth(built: Built, base_ns: int) -> tuple[list[dict[str, Any]],
     for key, members in built.sim.instances.items():
         info = members[0].comm
         assert info is not None
-        arr = {m.rank: m.arrival for m in members}
-        last_t = max(arr.values())  # type: ignore[type-var]
+        arr = {m.rank: m.placed_arrival for m in members}
+        last_t = max(arr.values())
         ordered = sorted(arr.items(), key=lambda kv: (kv[1], kv[0]))
         last_rank = ordered[-1][0]
         if len(ordered) > 1:
-            blame[last_rank][members[0].step] += ordered[-1][1] - ordered[-2][1]  # type: ignore[operator]
+            blame[last_rank][members[0].step] += ordered[-1][1] - ordered[-2][1]
         entry: dict[str, Any] = {
             "pg": info.pg_name,
             "pg_desc": info.pg_desc,
             "name": "sendrecv" if key[0] == "p2p" else info.coll_name,
-            "seq": info.seq if key[0] == "coll" else next(m.comm.seq for m in members if m.comm.coll_name == "send"),  # type: ignore[union-attr]
+            "seq": info.seq if key[0] == "coll" else next(m.comm.seq for m in members
+                                                          if m.comm is not None and m.comm.coll_name == "send"),
             "comms_id": str(info.comms_id),
             "step": members[0].step,
             "bytes": info.nbytes,
             "ranks": sorted(arr),
-            "arrivals_us": {str(r): _us(t, base_ns) for r, t in sorted(arr.items())},  # type: ignore[arg-type]
-            "end_us": _us(members[0].end, base_ns),  # type: ignore[arg-type]
+            "arrivals_us": {str(r): _us(t, base_ns) for r, t in sorted(arr.items())},
+            "end_us": _us(members[0].placed_end, base_ns),
             "transfer_us": _us(info.transfer_ns),
-            "waits_us": {str(r): _us(last_t - t) for r, t in sorted(arr.items())},  # type: ignore[operator]
+            "waits_us": {str(r): _us(last_t - t) for r, t in sorted(arr.items())},
             "last_rank": last_rank,
         }
         if key[0] == "p2p":
@@ -243,14 +239,14 @@ def pipeline_truth(built: Built) -> dict[str, Any] | None:
     per_stage: list[list[float]] = [[] for _ in range(stages)]
     exact = []
     for step in k.step_numbers():
-        fb = [[(o.start, o.end) for o in c.gpu if o.step == step and o.cls == "comp" and o.phase in ("fwd", "bwd")]
+        fb = [[(o.placed_start, o.placed_end) for o in c.gpu if o.step == step and o.cls == "comp" and o.phase in ("fwd", "bwd")]
               for c in built.sim.ranks]
         lo = min(s for st in fb for s, _ in st)
         hi = max(e for st in fb for _, e in st)
-        busy = [union_len(st) for st in fb]  # type: ignore[arg-type]
-        exact.append({"step": step, "span_ns": hi - lo, "busy_ns": busy})  # type: ignore[operator]
+        busy = [union_len(st) for st in fb]
+        exact.append({"step": step, "span_ns": hi - lo, "busy_ns": busy})
         for p in range(stages):
-            per_stage[p].append(_pct(hi - lo - busy[p], hi - lo))  # type: ignore[operator]
+            per_stage[p].append(_pct(hi - lo - busy[p], hi - lo))
     bubble = [statistics.fmean(v) for v in per_stage]
     return {
         "stages": stages,
@@ -274,7 +270,7 @@ def ops_truth(ctx: RankCtx) -> list[dict[str, Any]]:
         groups.setdefault((rec.name, json.dumps(rec.input_dims)), []).append(rec)
     out = []
     for (name, dims), recs in groups.items():
-        times = [union_len([(k.start, k.end) for k in r.kernels]) for r in recs]  # type: ignore[misc]
+        times = [union_len([(k.start, k.end) for k in r.kernels]) for r in recs]
         r0 = recs[0]
         out.append({
             "name": name,
@@ -338,8 +334,8 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         rt["times_last"] = sum(1 for c in colls if c["last_rank"] == int(r) and len(c["ranks"]) > 1)
     stragglers = []
     cost = job_step_us(built) - job_step_us(baseline) if baseline is not None else None
-    for r, delay, cause in k.stragglers:
-        stragglers.append({"rank": r, "blame_us_per_step": ranks[str(r)]["blame_us_per_step"], "cause": cause,
+    for rank, delay, cause in k.stragglers:
+        stragglers.append({"rank": rank, "blame_us_per_step": ranks[str(rank)]["blame_us_per_step"], "cause": cause,
                            "injected_delay_us": delay, "step_cost_us": cost})
     return {
         "scenario": built.scenario,

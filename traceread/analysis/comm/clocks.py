@@ -177,8 +177,8 @@ def estimate_offsets(
         model.epsilon_us = max(MIN_EPSILON_US, 3.0 * spread)
         return model
     host_off = {h: float(np.median([per_rank[r] for r in rs])) for h, rs in groups.items()}
-    ref = host_off[next(h for h, rs in groups.items() if min(ranks) in rs)]
-    offsets = {r: host_off[h] - ref for h, rs in groups.items() for r in rs}
+    ref_off = host_off[next(h for h, rs in groups.items() if min(ranks) in rs)]
+    offsets = {r: host_off[h] - ref_off for h, rs in groups.items() for r in rs}
     model = ClockModel(offsets, method=method, hosts=hosts)
     model.epsilon_us = max(MIN_EPSILON_US, _residual_spread(matched, offsets))
     model.notes.append(
@@ -214,8 +214,8 @@ def _residual_spread(matched: Matched, offsets: dict[int, float]) -> float:
     o = pl.DataFrame({"rank": list(offsets), "o": [float(v) for v in offsets.values()]})
     d = res.join(o, on="rank", how="left").with_columns(pl.col("o").fill_null(0.0))
     d = d.with_columns((pl.col("d") - pl.col("o")).alias("d"))
-    d = d.with_columns((pl.col("d") - pl.col("d").median().over("instance")).alias("d"))["d"].to_numpy()
-    return float(np.median(np.abs(d - np.median(d)))) * 1.4826 * 3.0
+    v = d.with_columns((pl.col("d") - pl.col("d").median().over("instance")).alias("d"))["d"].to_numpy()
+    return float(np.median(np.abs(v - np.median(v)))) * 1.4826 * 3.0
 
 
 def aligned(events: pl.DataFrame, clock: ClockModel | None) -> pl.DataFrame:

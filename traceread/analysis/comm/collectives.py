@@ -25,6 +25,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -33,8 +34,11 @@ from traceread import intervals as iv
 from traceread.analysis.kinds import collective_of_kernel, comm_mask
 from traceread.model import RankTrace
 
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
 #: Columns of one rank's extract (see :func:`comm_events`). Times are µs on that rank's clock.
-EXTRACT_SCHEMA: dict[str, pl.DataType] = {
+EXTRACT_SCHEMA: dict[str, PolarsDataType] = {
     "rank": pl.Int64,
     "backend": pl.Utf8,  # "nccl" (GPU kernel) | "gloo" (CPU span)
     "stream": pl.Int64,
@@ -179,7 +183,7 @@ def _single_tensor(dims_text: str | None, types_text: str | None) -> tuple[int |
     return int(np.prod(dims[0])), str(types[0]).replace("long int", "long").replace("unsigned char", "byte")
 
 
-def _busy_function(comp: pl.DataFrame):  # type: ignore[no-untyped-def]
+def _busy_function(comp: pl.DataFrame):
     """``B(t)`` = total time before ``t`` covered by the (merged) compute kernels, vectorised."""
     s, e = iv.merge(comp["ts"].to_numpy(), comp["end"].to_numpy()) if comp.height else (np.empty(0), np.empty(0))
     cum = np.concatenate(([0.0], np.cumsum(e - s)))

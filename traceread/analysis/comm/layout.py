@@ -223,7 +223,8 @@ def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
     calls: dict[str, Counter[str]] = defaultdict(Counter)
     ranksteps = {pg: max(int(n), 1) for pg, n in spread.select("pg", "ranksteps").iter_rows()}
     for pg, op, n in ev.group_by(["pg", "op"]).agg(pl.len()).iter_rows():
-        calls[pg][op] = float(n) / ranksteps.get(pg, 1)
+        # a Counter for its zero default, though calls per rank and step are fractions (typeshed: int only)
+        calls[pg][op] = float(n) / ranksteps.get(pg, 1)  # type: ignore[assignment]
     out = {}
     for pg, _n, by_c, by_t in spread.iter_rows():
         c = calls[pg]
@@ -314,7 +315,7 @@ def node_map(ranks: Iterable[int], *, hosts: Mapping[int, str] | None = None,
     if devices and all(devices.get(r) is not None for r in rs):
         node, prev, out = 0, None, {}
         for r in rs:
-            d = int(devices[r])  # type: ignore[arg-type]
+            d = int(devices[r] or 0)  # never None here (checked above)
             if prev is not None and d < prev:  # equal: two processes sharing one GPU
                 node += 1
             out[r], prev = node, d
@@ -337,11 +338,11 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
     frames = [comm] if isinstance(comm, pl.DataFrame) else [f for f in comm if f.height]
     ev = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     by_pg: dict[str, Group] = {}
-    for g in groups:
-        pg = str(g.get("pg_name"))
+    for listed in groups:
+        pg = str(listed.get("pg_name"))
         if pg not in by_pg:
-            members = expand_ranks(g.get("ranks"))
-            by_pg[pg] = Group(pg, g.get("pg_desc"), int(g.get("pg_size") or len(members)), members)
+            members = expand_ranks(listed.get("ranks"))
+            by_pg[pg] = Group(pg, listed.get("pg_desc"), int(listed.get("pg_size") or len(members)), members)
     unnamed = False
     if ev.height:
         unnamed = ev["pg"].null_count() == ev.height and not by_pg
@@ -352,7 +353,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
         for pg, pg_ranks, size, desc, seen in missing.iter_rows():  # groups no pg_config listed
             members = expand_ranks(pg_ranks) or list(seen)
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
-    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | (set(ev["rank"].unique().to_list()) if ev.height else set()))
+    traced = set(ev["rank"].unique().to_list()) if ev.height else set()
+    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | traced)
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
     usages = _usages(ev, windows or {}, compute or {}) if ev.height else {}
     pp_stages = 0
@@ -361,7 +363,8 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
         named = role_from_desc(g.desc)
         role, why = role_from_usage(usage)
         if named:
-            g.role, g.evidence = named, f"description '{g.desc}'" + (f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else "")
+            runs = f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else ""
+            g.role, g.evidence = named, f"description '{g.desc}'{runs}"
         elif g.size <= 1:
             g.role, g.evidence = "other", "a single rank: nothing to communicate"
         else:

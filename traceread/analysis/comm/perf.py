@@ -29,6 +29,7 @@ import polars as pl
 
 from traceread.analysis.comm.clocks import ClockModel, aligned
 from traceread.analysis.comm.collectives import Matched
+from traceread.model import as_float
 from traceread.report_schema import CollectiveEntry
 
 BUSBW_FACTORS = {
@@ -103,15 +104,15 @@ def collective_table(
     out: list[CollectiveEntry] = []
     groups = inst.group_by(["pg", "op", "bytes"], maintain_order=True)
     for (pg, op, nbytes), g in groups:
-        n = int(g["group_size"].max() or g["n_ranks"].max())
-        lat = float(g["transfer_us"].mean())
+        n = int(as_float(g["group_size"].max() or g["n_ranks"].max()))
+        lat = as_float(g["transfer_us"].mean())
         entry: CollectiveEntry = {
             "pg": str(pg),
             "name": str(op),
             "count": g.height,
-            "bytes": int(nbytes) if nbytes is not None else None,  # type: ignore[typeddict-item]
+            "bytes": int(nbytes) if nbytes is not None else None,
             "latency_us": lat,
-            "wait_us": float(g["mean_wait"].mean()),
+            "wait_us": as_float(g["mean_wait"].mean()),
             "algbw_gbps": None,
             "busbw_gbps": None,
             "group_size": n,

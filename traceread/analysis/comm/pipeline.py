@@ -29,7 +29,7 @@ Stage 0 is the chain end that launches the first send. Several components = data
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -37,14 +37,17 @@ import polars as pl
 from traceread import intervals as iv
 from traceread.analysis.comm.collectives import Matched
 from traceread.analysis.kinds import comm_mask
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
 from traceread.report_schema import PipelineEntry
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 UNBALANCED_FRACTION = 0.10
 MAX_TIMELINE_BLOCKS = 4000
 
 #: Columns of :func:`stage_activity`: merged compute / p2p intervals per step of one rank.
-ACTIVITY_SCHEMA: dict[str, pl.DataType] = {
+ACTIVITY_SCHEMA: dict[str, PolarsDataType] = {
     "rank": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "start": pl.Float64, "end": pl.Float64,
 }
 #: Per step totals of :func:`stage_activity` (rows with kind == "window" hold the step window).
@@ -267,11 +270,11 @@ def detect_pipeline(
     theory = ((P - 1) / v) / ((P - 1) / v + M) * 100.0 if M > 0 else None
     entry: PipelineEntry = {
         "stages": P, "microbatches": M, "schedule": schedule,
-        "theory_bubble_pct": theory,  # type: ignore[typeddict-item]
+        "theory_bubble_pct": theory,
     }
     entry["per_stage"] = [{"rank": r, "stage": stage_of[r]} for r in chain]
     if not activity_by_rank or not all(r in activity_by_rank for r in chain):
-        entry["bubble_pct"] = None  # type: ignore[typeddict-item]
+        entry["bubble_pct"] = None
         return entry
     per_stage = []
     offsets = offsets_us or {}
@@ -282,13 +285,13 @@ def detect_pipeline(
             continue
         per_stage.append({
             "rank": r, "stage": stage_of[r],
-            "bubble_pct": float((nums["bubble_us"] / nums["window_us"]).mean() * 100.0),
-            "idle_us": float(nums["idle_us"].mean()), "p2p_wait_us": float(nums["p2p_wait_us"].mean()),
-            "compute_us": float(nums["compute_us"].mean()),
+            "bubble_pct": as_float((nums["bubble_us"] / nums["window_us"]).mean()) * 100.0,
+            "idle_us": as_float(nums["idle_us"].mean()), "p2p_wait_us": as_float(nums["p2p_wait_us"].mean()),
+            "compute_us": as_float(nums["compute_us"].mean()),
         })
     entry["per_stage"] = per_stage
     bubble = float(np.mean([s["bubble_pct"] for s in per_stage])) if per_stage else None
-    entry["bubble_pct"] = bubble  # type: ignore[typeddict-item]
+    entry["bubble_pct"] = bubble
     comps = [s["compute_us"] for s in per_stage if s["compute_us"] > 0]
     entry["unbalanced"] = bool(comps) and (max(comps) / min(comps) - 1.0) > UNBALANCED_FRACTION
     entry["timeline"] = _timeline(chain, activity_by_rank, offsets_us or {}, p)
@@ -316,7 +319,7 @@ def _schedule(p: pl.DataFrame, chain: list[int]) -> str:
             if f.len() == 0 or b.len() == 0:
                 continue
             seen += 1
-            interleaved += int(b.min() < f.max())
+            interleaved += int(as_float(b.min()) < as_float(f.max()))
     if not seen:
         return "unknown"
     return "1f1b" if interleaved else "gpipe"

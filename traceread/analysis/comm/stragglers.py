@@ -72,6 +72,7 @@ import polars as pl
 from traceread.analysis.comm.clocks import MIN_EPSILON_US, ClockModel
 from traceread.analysis.comm.collectives import SYNC_OPS, Matched
 from traceread.analysis.comm.perf import instance_timing, wait_matrix
+from traceread.model import as_float
 from traceread.report_schema import StragglerEntry
 
 BLAME_OPS = SYNC_OPS | {"broadcast"}
@@ -129,9 +130,9 @@ def attribute(
         valid = {x for x in valid if x >= 0}
     n_steps = max(len(valid), 1)
     notes: list[str] = []
-    step_time = float(steps_tab["duration"].median()) if steps_tab.height else None
+    step_time = as_float(steps_tab["duration"].median()) if steps_tab.height else None
     if step_time is None and t.height:
-        step_time = float(t["end"].max() - t["ts"].min()) / n_steps
+        step_time = (as_float(t["end"].max()) - as_float(t["ts"].min())) / n_steps
     records = _blame_records(t, eps)
     if valid and records.height and not records["step"].is_in(list(valid)).all():
         outside = int((~records["step"].is_in(list(valid))).sum())

@@ -557,6 +557,7 @@ def _elementwise(base: str, inplace: bool, a: _Args) -> OpCost | None:
     if not ts:
         return None
     first = ts[0]
+    out_shape: list[int] | None
     if inplace or base in ("copy_", "fill_", "zero_"):
         out_shape = first[1]
         out_dt = first[2]

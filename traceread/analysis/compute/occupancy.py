@@ -30,6 +30,7 @@ traces never need it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -39,6 +40,9 @@ from traceread.analysis.kinds import comm_kinds
 from traceread.analysis.time.breakdown import device_gpu_rows
 from traceread.analysis.time.steps import device_steps
 from traceread.model import RankTrace
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 
 @dataclass
@@ -157,7 +161,7 @@ def sm_metrics(
     )
 
 
-KERNEL_TABLE_SCHEMA: dict[str, pl.DataType] = {
+KERNEL_TABLE_SCHEMA: dict[str, PolarsDataType] = {
     "name": pl.Utf8,
     "calls": pl.Int64,
     "total_us": pl.Float64,
@@ -227,7 +231,6 @@ def kernel_table(rt: RankTrace, num_sms: int | None = None) -> pl.DataFrame:
         pl.col("comm_kind").first(),
     )
     return (
-        out.select(list(KERNEL_TABLE_SCHEMA))
-        .cast(KERNEL_TABLE_SCHEMA)  # type: ignore[arg-type]
+        out.select(pl.col(c).cast(t) for c, t in KERNEL_TABLE_SCHEMA.items())
         .sort(["sm_time_lost_us", "total_us"], descending=True, nulls_last=True)
     )

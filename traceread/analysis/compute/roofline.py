@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -43,6 +43,9 @@ from traceread.analysis.compute.flops import (
 from traceread.analysis.hardware import DeviceSpec
 from traceread.analysis.kinds import comm_mask
 from traceread.model import RankTrace
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 #: Maximum number of aggregated ops kept in the report document.
 MAX_REPORT_OPS = 200
@@ -62,7 +65,7 @@ PRECISION_FALLBACK: dict[str, tuple[str, ...]] = {
     "fp64": (),
 }
 
-OP_TABLE_SCHEMA: dict[str, pl.DataType] = {
+OP_TABLE_SCHEMA: dict[str, PolarsDataType] = {
     "row": pl.Int64,  # host row of the op
     "name": pl.Utf8,
     "shapes": pl.Utf8,
@@ -124,7 +127,7 @@ def _cost_index(host: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[OpCost
     :func:`op_cost` runs once per distinct (name, args, causal hint): a trace repeats the same
     calls every step, so this is a few thousand formula evaluations for 10⁵ rows.
     """
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+    empty: tuple[np.ndarray, np.ndarray, list[OpCost | None]] = (np.zeros(0, np.int64), np.zeros(0, np.int64), [])
     cand = host.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()).select(
         "row", "name", "input_dims", "input_types", "concrete_inputs"
     )
@@ -153,7 +156,7 @@ def _cost_index(host: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[OpCost
 def op_costs(host: pl.DataFrame) -> dict[int, OpCost]:
     """Cost of every ``cpu_op`` row that has a formula and readable shapes (memoised by args)."""
     rows, idx, costs = _cost_index(host)
-    return {int(r): costs[i] for r, i in zip(rows.tolist(), idx.tolist())}  # type: ignore[misc]
+    return {int(r): costs[i] for r, i in zip(rows.tolist(), idx.tolist())}
 
 
 def _causal_hints(host: pl.DataFrame, cand: pl.DataFrame) -> dict[int, bool]:
@@ -323,25 +326,25 @@ def operator_table(rt: RankTrace, device: DeviceSpec | None) -> pl.DataFrame:
         precision = c.precision
         if precision == "fp32" and combo % 2 and c.unit == "matrix":
             precision = "tf32"
-        peak = None
+        op_peak = None
         ceiling = None
         if device is not None:
             got = ceiling_for(device, c.unit, precision)
             if got is not None:
-                peak, ceiling = got[1], got[2]
+                op_peak, ceiling = got[1], got[2]
                 if c.unit == "matrix":
                     precision = got[0]
         cols["precision"].append(precision)
-        cols["peak"].append(peak)
+        cols["peak"].append(op_peak)
         cols["ceiling"].append(ceiling)
     ucost = [costs[combo // 2] for combo in combos.tolist()]
     idx = pl.Series(inv, dtype=pl.UInt32)
 
-    def per_op(name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
+    def per_op(name: str, values: list[Any], dtype: PolarsDataType) -> pl.Series:
         return pl.Series(name, values, dtype=dtype).gather(idx)
 
-    flops = np.array([float(c.flops) for c in ucost], dtype=np.float64)[inv]  # type: ignore[union-attr]
-    nbytes = np.array([float(c.bytes) for c in ucost], dtype=np.float64)[inv]  # type: ignore[union-attr]
+    flops = np.array([float(c.flops) for c in ucost], dtype=np.float64)[inv]
+    nbytes = np.array([float(c.bytes) for c in ucost], dtype=np.float64)[inv]
     peak_u = [p if p else None for p in cols["peak"]]
     has_peak = np.array([p is not None for p in peak_u], dtype=bool)[inv]
     peak = np.array([p if p is not None else np.nan for p in peak_u], dtype=np.float64)[inv]
@@ -364,15 +367,15 @@ def operator_table(rt: RankTrace, device: DeviceSpec | None) -> pl.DataFrame:
     out = pl.DataFrame([
         pl.Series("row", b_owner, dtype=pl.Int64),
         host["name"].gather(gather).alias("name").cast(pl.Utf8),
-        per_op("shapes", [c.shapes for c in ucost], pl.Utf8),  # type: ignore[union-attr]
-        per_op("dtype", [c.dtype for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        per_op("shapes", [c.shapes for c in ucost], pl.Utf8),
+        per_op("dtype", [c.dtype for c in ucost], pl.Utf8),
         per_op("precision", cols["precision"], pl.Utf8),
-        per_op("family", [c.family for c in ucost], pl.Utf8),  # type: ignore[union-attr]
-        per_op("unit", [c.unit for c in ucost], pl.Utf8),  # type: ignore[union-attr]
+        per_op("family", [c.family for c in ucost], pl.Utf8),
+        per_op("unit", [c.unit for c in ucost], pl.Utf8),
         host["ts"].gather(gather).alias("ts").cast(pl.Float64),
         host["tid"].gather(gather).alias("tid").cast(pl.Int64),
         pl.Series("flops", flops, dtype=pl.Float64),
-        per_op("model_flops", [float(c.model_flops) for c in ucost], pl.Float64),  # type: ignore[union-attr]
+        per_op("model_flops", [float(c.model_flops) for c in ucost], pl.Float64),
         pl.Series("bytes", nbytes, dtype=pl.Float64),
         busy["kernels"].cast(pl.Int64).alias("kernels"),
         pl.Series("kernel_time_us", time_us, dtype=pl.Float64),

@@ -8,7 +8,8 @@ diagnosis goes through these helpers:
   devices are never opened. The file is opened with ``O_NONBLOCK`` and checked again on the open
   descriptor, so a FIFO swapped in between the two checks does not block either.
 * :func:`read_head`, :func:`read_bounded`, :func:`read_tail` — at most ``limit`` bytes.
-* :func:`load_json` — msgspec, with the nesting bound turned into a one-line problem.
+* :func:`decode_json` — msgspec, with the nesting bound turned into a one-line problem (side files such as
+  ``hang.json`` go through :func:`traceread.read.jsonfile.load_json_object`, which has the same bounds).
 * :func:`walk` — every regular file under a folder, symlinked folders not followed (no loops), at
   most :data:`MAX_WALK_FILES` files and :data:`MAX_WALK_DEPTH` levels.
 """
@@ -28,8 +29,6 @@ from traceread.errors import TraceFileError
 #: A folder walk stops after this many files (a run folder of 16,000 ranks holds ~10 files per rank).
 MAX_WALK_FILES = 400_000
 MAX_WALK_DEPTH = 12
-#: Small side files (hang.json, errors/*.json, run.json) are refused above this size.
-MAX_SIDE_JSON = 16 << 20
 
 
 def regular(path: str | Path) -> bool:
@@ -133,11 +132,6 @@ def decode_json(data: bytes, path: str | Path) -> Any:
         raise TraceFileError("JSON nested too deeply; not read", str(path)) from None
     except msgspec.DecodeError as exc:
         raise TraceFileError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", str(path)) from None
-
-
-def load_json(path: str | Path, limit: int = MAX_SIDE_JSON) -> Any:
-    """A small JSON side file (hang.json, errors/*.json, run.json), bounded in size and nesting."""
-    return decode_json(read_bounded(path, limit, "JSON file"), path)
 
 
 def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX_WALK_DEPTH) -> Iterator[Path]:

@@ -300,7 +300,7 @@ def parse_nccl_logs(paths: Sequence[str | Path]) -> dict[str, Any]:
                 continue
             if "bus bandwidth" in msg and (bw := _BUSBW.search(msg)):
                 s["nccl_tests_busbw_gbps"] = float(bw.group(1))
-        except Exception:  # noqa: BLE001 - one garbled line must never stop the summary
+        except Exception:  # one garbled line must never stop the summary
             continue
 
     s["versions"] = dict(versions)
@@ -415,14 +415,14 @@ def _torch_line(raw: str, msg: str, launcher_rank: int | None,
         return
     if (lw := _LAST_WORK.search(raw)):
         at = _AT_WORK.search(raw)
-        seq = int(at.group(1)) if at else None
+        work_seq = int(at.group(1)) if at else None
         # attach to this rank's timeout record (which was logged without a PG id)
         match = None
         for key, rec in timeouts.items():
-            if seq is not None and key[0] == rank and rec["seq"] == seq:
+            if work_seq is not None and key[0] == rank and rec["seq"] == work_seq:
                 match = rec
-        if match is None and seq is not None:
-            match = timeouts.setdefault((rank, seq, pg), {"rank": rank, "pg": pg, "seq": seq, "op": None})
+        if match is None and work_seq is not None:
+            match = timeouts.setdefault((rank, work_seq, pg), {"rank": rank, "pg": pg, "seq": work_seq, "op": None})
         if match is not None:
             match["last_enqueued"] = int(lw.group(1))
             match["last_completed"] = int(lw.group(2))

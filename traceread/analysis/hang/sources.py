@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from traceread.analysis.hang.dumps import DumpSet, collect
-from traceread.analysis.hang.files import load_json, read_head, read_tail, regular, size_of, walk
+from traceread.analysis.hang.files import read_head, read_tail, regular, size_of, walk
 from traceread.analysis.hang.flight_recorder import rank_from_name, to_int
 from traceread.analysis.hang.nccl_log import find_nccl_logs, looks_like_nccl_log, parse_nccl_logs
 from traceread.analysis.hang.stack_dumps import RankStack, read_stack_file
 from traceread.errors import TraceFileError, TraceReadError
+from traceread.read.jsonfile import load_json_object
 
 #: The end of each log read for the "Root Cause" block and each rank's last line.
 LOG_TAIL_BYTES = 1 << 20
@@ -95,11 +96,7 @@ def error_time(err: dict[str, Any]) -> float | None:
 
 
 def _json(path: Path, problems: list[str]) -> Any:
-    try:
-        return load_json(path)
-    except TraceFileError as exc:
-        problems.append(str(exc))
-        return None
+    return load_json_object(path, problems)  # the one side-file loader: regular files, bounded, depth-safe
 
 
 def world_from_run(doc: dict[str, Any]) -> int | None:

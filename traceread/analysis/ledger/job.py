@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from traceread.analysis.ledger.rank import CATEGORIES
+from traceread.report_schema import Ledger, LedgerPart, RankLedger
 
 RoleOf = Callable[[str | None], str]
 
@@ -64,8 +65,8 @@ class JobLedger:
     """Per-rank final segments and the job ledger (see module docstring)."""
 
     ranks: dict[int, RankSegs] = field(default_factory=dict)
-    job: dict[str, Any] | None = None
-    per_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
+    job: Ledger | None = None
+    per_rank: dict[int, RankLedger] = field(default_factory=dict)
     waited_on: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -207,14 +208,14 @@ def _fill_gap(peer: RankSegs, t0: int, t1: int, waiter: int, role: str | None,
         acc[("comm_wait", role, waiter)] += t1 - t0 - covered
 
 
-def _parts(acc: dict[tuple[str, str | None, int], int]) -> list[dict[str, Any]]:
+def _parts(acc: dict[tuple[str, str | None, int], int]) -> list[LedgerPart]:
     order = {c: i for i, c in enumerate(CATEGORIES)}
     items = [(k, v) for k, v in acc.items() if v > 0]
     items.sort(key=lambda kv: (-kv[1], order.get(kv[0][0], 99), kv[0][2]))
     return [{"category": c, "role": role, "rank": rank, "us": v / 1000.0} for (c, role, rank), v in items]
 
 
-def _rank_step(rs: RankSegs, k: int) -> dict[str, Any]:
+def _rank_step(rs: RankSegs, k: int) -> RankLedger:
     sel = np.flatnonzero(rs.step == k)
     acc: dict[tuple[str, str | None, int], int] = defaultdict(int)
     for i in sel:

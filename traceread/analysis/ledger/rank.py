@@ -32,14 +32,19 @@ the reduce side for thousands of ranks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.kinds import comm_mask
 from traceread.analysis.time.breakdown import device_gpu_rows, snap_ns
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
 from traceread.report_schema import LEDGER_CATEGORIES
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 #: Every category of the ledger, in display order (compute first, idle last).
 CATEGORIES = LEDGER_CATEGORIES
@@ -47,7 +52,7 @@ CATEGORIES = LEDGER_CATEGORIES
 USEFUL: frozenset[str] = frozenset({"compute_bound", "compute_other"})
 
 #: One rank's segment table (times: whole ns after ``base_us``, the rank's trace clock).
-SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+SEGMENT_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int32,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
@@ -121,7 +126,7 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     gpu = device_gpu_rows(rt).sort("ts")
     if gpu.height == 0 or windows.height == 0:
         return empty_segments()
-    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    base = as_float(gpu["ts"].min())
     ts, end = snap_ns(gpu["ts"].to_numpy(), base), snap_ns(gpu["end"].to_numpy(), base)
     kind = gpu["kind"].to_numpy()
     is_comm = comm_mask(gpu, rt.host).to_numpy() & (kind == "kernel")

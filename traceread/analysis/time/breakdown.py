@@ -30,6 +30,7 @@ When a rank's trace holds events from several devices, only the rank's own devic
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -37,7 +38,10 @@ import polars as pl
 from traceread import intervals as iv
 from traceread.analysis.kinds import gpu_classes
 from traceread.analysis.time.steps import StepWindows
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 BREAKDOWN_FIELDS = (
     "window_us",
@@ -106,8 +110,8 @@ class ClassSets:
 
     @classmethod
     def of(cls, gpu: pl.DataFrame, host: pl.DataFrame | None = None) -> ClassSets:
-        lo = float(gpu["ts"].min()) if gpu.height else 0.0  # type: ignore[arg-type]
-        hi = float(gpu["end"].max()) if gpu.height else 0.0  # type: ignore[arg-type]
+        lo = as_float(gpu["ts"].min()) if gpu.height else 0.0
+        hi = as_float(gpu["end"].max()) if gpu.height else 0.0
         classes = gpu.select("ts", "end").with_columns(gpu_classes(gpu, host))
         sets = {}
         for name in ("comp", "comm", "memcpy"):
@@ -165,7 +169,7 @@ def rank_breakdown(rt: RankTrace, window: tuple[float, float] | None = None) -> 
     return ClassSets.of(gpu, rt.host).breakdown(window)
 
 
-STEP_BREAKDOWN_SCHEMA: dict[str, pl.DataType] = {
+STEP_BREAKDOWN_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int64,
     **{name: pl.Float64 for name in BREAKDOWN_FIELDS},
 }
@@ -194,5 +198,5 @@ def identity_error(b: Breakdown) -> float:
     """|compute + exposed_comm + exposed_memcpy + idle − window| (0 up to rounding); NaN when None."""
     if b.window_us is None:
         return float("nan")
-    total = np.float64(b.compute_us) + b.exposed_comm_us + b.exposed_memcpy_us + b.idle_us  # type: ignore[operator]
+    total = np.float64(b.compute_us) + b.exposed_comm_us + b.exposed_memcpy_us + b.idle_us
     return float(abs(total - b.window_us))

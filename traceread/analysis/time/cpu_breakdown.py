@@ -28,7 +28,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.kinds import comm_op_expr
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
 
 SPAN_CATS = ("cpu_op", "user_annotation", "python_function")
 
@@ -52,8 +52,8 @@ def cpu_breakdown(rt: RankTrace) -> dict[str, Any] | None:
     ).with_columns(comm_span_expr().alias("_comm"))
     if host.height == 0:
         return None
-    lo = float(host["ts"].min())  # type: ignore[arg-type]
-    hi = float(host["end"].max())  # type: ignore[arg-type]
+    lo = as_float(host["ts"].min())
+    hi = as_float(host["end"].max())
     comm_rows = host.filter(pl.col("_comm"))
     ops = host.filter(pl.col("cat") == "cpu_op")
     comm = _merge(comm_rows)

@@ -53,9 +53,9 @@ def host_self_time(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.Series(keep))
     per = ev.group_by("step", "name").agg(pl.col("self_us").sum())
     # Ties broken by name: group_by order is arbitrary, and the extract must not change run to run.
-    keep = (per.group_by("name").agg(pl.col("self_us").max())
-            .sort(["self_us", "name"], descending=[True, False]).head(KEEP_NAMES))
-    return per.filter(pl.col("name").is_in(keep["name"].implode())).select(
+    top = (per.group_by("name").agg(pl.col("self_us").max())
+           .sort(["self_us", "name"], descending=[True, False]).head(KEEP_NAMES))
+    return per.filter(pl.col("name").is_in(top["name"].implode())).select(
         [pl.col(c).cast(t) for c, t in SCHEMA.items()]).sort("step", "name")
 
 

@@ -44,7 +44,7 @@ import polars as pl
 
 from traceread import intervals as iv
 from traceread.analysis.time.breakdown import device_gpu_rows, snap_ns
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
 
 #: HTA's ``consecutive_kernel_delay`` default, in µs.
 KERNEL_GAP_THRESHOLD_US = 30.0
@@ -72,7 +72,7 @@ def _snapped_gpu(rt: RankTrace) -> tuple[pl.DataFrame, float, np.ndarray, np.nda
     gpu = device_gpu_rows(rt).sort("ts")
     if gpu.height == 0:
         return None
-    base = float(gpu["ts"].min())  # type: ignore[arg-type]
+    base = as_float(gpu["ts"].min())
     return (gpu, base, snap_ns(gpu["ts"].to_numpy(), base), snap_ns(gpu["end"].to_numpy(), base),
             snap_ns(_launch_ts(rt, gpu), base))
 
@@ -91,7 +91,8 @@ def _sum_by_class(
 ) -> tuple[float, float, float]:
     clipped = np.clip(gap_end, lo, hi) - np.clip(gap_start, lo, hi)
     clipped = np.maximum(clipped, 0.0)
-    return tuple(float(clipped[cls == k].sum()) for k in (HOST_BOUND, KERNEL_GAP, OTHER))  # type: ignore[return-value]
+    host, gap, other = (float(clipped[cls == k].sum()) for k in (HOST_BOUND, KERNEL_GAP, OTHER))
+    return host, gap, other
 
 
 def _whole_gpu_gaps(
@@ -141,7 +142,7 @@ def idle_breakdown(
         return None
     gpu, base, ts, end, launch = snapped
     threshold = kernel_gap_threshold_us * 1000.0
-    lo_us, hi_us = window if window is not None else (base, float(gpu["end"].max()))  # type: ignore[arg-type]
+    lo_us, hi_us = window if window is not None else (base, as_float(gpu["end"].max()))
     lo, hi = float(snap_ns(lo_us, base)), float(snap_ns(hi_us, base))
 
     g_start, g_end, cls = _whole_gpu_gaps(ts, end, launch, threshold)
@@ -160,7 +161,8 @@ def idle_breakdown(
             keep = gap_e > gap_s
             gap_s, gap_e = gap_s[keep], gap_e[keep]
             c = _classify(gap_s, gap_e - gap_s, s_launch[1:][keep], threshold)
-            parts = tuple(x * 1e-3 for x in _sum_by_class(gap_s, gap_e, c, lo, hi))  # type: ignore[assignment]
+            s_host, s_gap, s_other = _sum_by_class(gap_s, gap_e, c, lo, hi)
+            parts = (s_host * 1e-3, s_gap * 1e-3, s_other * 1e-3)
         streams.append(
             {
                 "stream": int(stream),

@@ -26,19 +26,25 @@ from __future__ import annotations
 
 from collections import Counter
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
+    from traceread.report_schema import Report
 
 MERGE_GAP_US = 2.0
 MAX_ROWS_PER_STEP = 250
 MIDDLE_STEPS = 3
 MAX_LANES = 12
-SCHEMA = {"step": pl.Int64, "stream": pl.Int64, "start": pl.Float64, "end": pl.Float64, "kind": pl.Utf8, "pg": pl.Utf8}
+SCHEMA: dict[str, PolarsDataType] = {"step": pl.Int64, "stream": pl.Int64, "start": pl.Float64, "end": pl.Float64,
+                                     "kind": pl.Utf8, "pg": pl.Utf8}
 IDLE_STREAM = -1
 
 
@@ -115,7 +121,7 @@ def rank_intervals(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
             if s.size:
                 rows = pl.concat([rows, pl.DataFrame({"step": step, "stream": IDLE_STREAM, "start": s, "end": e,
                                                       "kind": kind, "pg": None}, schema=SCHEMA)])
-        out.append(rows.select(list(SCHEMA)).cast(SCHEMA))  # type: ignore[arg-type]
+        out.append(rows.select(pl.col(c).cast(t) for c, t in SCHEMA.items()))
     return pl.concat(out).sort("step", "stream", "start") if out else pl.DataFrame(schema=SCHEMA)
 
 
@@ -151,7 +157,7 @@ def category(kind: str, pg: str | None, roles: dict[str, str], pipeline: bool) -
     return kind
 
 
-def _job_step_us(report: dict[str, Any]) -> dict[int, float]:
+def _job_step_us(report: Report) -> dict[int, float]:
     """Job step time per step: the slowest rank's step duration (every rank waits for it)."""
     job: dict[int, float] = {}
     for e in report.get("ranks") or []:
@@ -160,7 +166,7 @@ def _job_step_us(report: dict[str, Any]) -> dict[int, float]:
     return job
 
 
-def _pick_steps(per_rank: dict[int, pl.DataFrame], report: dict[str, Any]) -> list[tuple[str, int]]:
+def _pick_steps(per_rank: dict[int, pl.DataFrame], report: Report) -> list[tuple[str, int]]:
     have = Counter(int(s) for f in per_rank.values() for s in f["step"].unique().to_list())
     job = _job_step_us(report)
     most = max(n for s, n in have.items()) if have else 0
@@ -174,7 +180,7 @@ def _pick_steps(per_rank: dict[int, pl.DataFrame], report: dict[str, Any]) -> li
     return [("median step", med)] + ([("slowest step", slowest)] if slowest != med else [])
 
 
-def _pick_ranks(ranks: list[int], report: dict[str, Any], limit: int) -> tuple[list[int], str | None]:
+def _pick_ranks(ranks: list[int], report: Report, limit: int) -> tuple[list[int], str | None]:
     if len(ranks) <= limit:
         return ranks, None
     chosen: list[int] = []
@@ -218,10 +224,11 @@ def _critical_path(rows: pl.DataFrame) -> list[dict[str, Any]]:
             for r, s, t, pg in last.select("rank", "stream", "start", "pg").iter_rows()]
 
 
-def job_timeline(per_rank: dict[int, pl.DataFrame], report: dict[str, Any], limit: int = MAX_LANES) -> dict[str, Any] | None:
+def job_timeline(per_rank: dict[int, pl.DataFrame], report: Report, limit: int = MAX_LANES) -> dict[str, Any] | None:
     """The report's ``step_timeline`` extra (module docstring), or None without intervals.
 
-    ``{"steps": [{"label", "step", "duration_us" (span drawn), "step_us" (job step time), "critical": [{"rank", "stream", "t", "pg"}]}],
+    ``{"steps": [{"label", "step", "duration_us" (span drawn), "step_us" (job step time),
+    "critical": [{"rank", "stream", "t", "pg"}]}],
     "ranks": [...], "note": str | None, "clock": method, "rows": {"step", "rank", "stream", "start",
     "end", "kind", "pg", "category"}}`` with times in µs from the step's first start on the
     report's clock."""
@@ -246,9 +253,9 @@ def job_timeline(per_rank: dict[int, pl.DataFrame], report: dict[str, Any], limi
         srows = rows.filter(pl.col("step") == step)
         if srows.height == 0:
             continue
-        t0 = float(srows["start"].min())  # type: ignore[arg-type]
+        t0 = as_float(srows["start"].min())
         srows = srows.with_columns(pl.col("start") - t0, pl.col("end") - t0)
-        steps_out.append({"label": label, "step": step, "duration_us": float(srows["end"].max()),  # type: ignore[arg-type]
+        steps_out.append({"label": label, "step": step, "duration_us": as_float(srows["end"].max()),
                           "step_us": _job_step_us(report).get(step),
                           "critical": _critical_path(srows)})
         parts.append(srows)

@@ -33,11 +33,15 @@ latest end of every host and GPU event — the plugin's fallback.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from traceread.model import RankTrace
+from traceread.model import RankTrace, as_float
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 #: Step number given to the single whole-trace window of a trace without ``ProfilerStep#`` markers.
 NO_MARKER_STEP = -1
@@ -46,7 +50,7 @@ NO_MARKER_STEP = -1
 #: before it (TensorBoard plugin's rule).
 PARTIAL_STEP_RATIO = 0.8
 
-STEP_WINDOW_SCHEMA: dict[str, pl.DataType] = {
+STEP_WINDOW_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int64,
     "start": pl.Float64,
     "end": pl.Float64,
@@ -67,7 +71,7 @@ class StepWindows:
         """``(first start, last end)`` of the kept steps, or None when there are none."""
         if self.table.height == 0:
             return None
-        return float(self.table["start"].min()), float(self.table["end"].max())  # type: ignore[arg-type]
+        return as_float(self.table["start"].min()), as_float(self.table["end"].max())
 
 
 def _frame(steps: list[int], starts: list[float], ends: list[float]) -> pl.DataFrame:
@@ -85,8 +89,8 @@ def _trace_span(rt: RankTrace) -> tuple[float, float] | None:
         if df.height:
             lo, hi = df["ts"].min(), df["end"].max()
             if lo is not None and hi is not None:
-                los.append(float(lo))  # type: ignore[arg-type]
-                his.append(float(hi))  # type: ignore[arg-type]
+                los.append(as_float(lo))
+                his.append(as_float(hi))
     if not los:
         return None
     return min(los), max(his)

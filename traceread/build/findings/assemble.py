@@ -10,7 +10,7 @@ below :data:`MIN_IMPACT_PCT` of a step are dropped, except a hang, which always 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from traceread.analysis.kinds import is_comm_kernel_name
 from traceread.build import explain
@@ -26,7 +26,7 @@ from traceread.build.queries import (
     worst_rank,
 )
 from traceread.fmt import ms, nbytes, pct, rank_list
-from traceread.report_schema import Finding, Report
+from traceread.report_schema import CollectiveEntry, Finding, Report, StragglerEntry
 
 MIN_IMPACT_PCT = 1.0  # below this share of a step a problem is not worth a reader's attention
 MAX_PER_KIND = 3
@@ -39,10 +39,10 @@ def _finding(id_: str, title: str, impact: float, report: Report, explanation: s
         "impact_pct": pct_of_step(max(impact, 0.0), report), "evidence": evidence, "suggestions": suggestions,
     }
     f.update(extra)
-    return f  # type: ignore[return-value]
+    return cast(Finding, f)  # the keys above plus a kind's extras (rank, kernel, collective, ...)
 
 
-def _top_collective(report: Report) -> dict[str, Any] | None:
+def _top_collective(report: Report) -> CollectiveEntry | None:
     colls = [c for c in report.get("collectives") or [] if c.get("latency_us") is not None]
     if not colls:
         return None
@@ -50,7 +50,7 @@ def _top_collective(report: Report) -> dict[str, Any] | None:
 
 
 
-def _coll_label(c: dict[str, Any]) -> str:
+def _coll_label(c: CollectiveEntry) -> str:
     size = f" ({nbytes(c['bytes'])})" if c.get("bytes") else ""
     return f"{c.get('name')} on process group {c.get('pg')}{size}"
 
@@ -81,7 +81,7 @@ def hang(report: Report) -> list[Finding]:
     return [f]
 
 
-def _straggler_impact(s: dict[str, Any]) -> float:
+def _straggler_impact(s: StragglerEntry) -> float:
     """Step time saved if the rank were on time (``impact_us_per_step``); blame for older documents."""
     v = s.get("impact_us_per_step")
     return float(v if v is not None else s.get("blame_us_per_step") or 0.0)
@@ -135,8 +135,7 @@ def stragglers(report: Report) -> list[Finding]:
 
 def exposed_comm(report: Report) -> list[Finding]:
     ranks = report.get("ranks") or []
-    vals = [(r, per_step(r, "exposed_comm_us")) for r in ranks]
-    vals = [(r, v) for r, v in vals if v is not None]
+    vals = [(r, v) for r in ranks if (v := per_step(r, "exposed_comm_us")) is not None]
     if not vals:
         return []
     impact = med(v for _, v in vals) or 0.0
@@ -146,9 +145,11 @@ def exposed_comm(report: Report) -> list[Finding]:
     waited = min(late, max(0.0, impact - min(v for _, v in vals)))
     impact -= waited
     worst, worst_v = worst_rank(report, "exposed_comm_us")
+    assert worst is not None  # some rank has a value (above)
     top = _top_collective(report)
     where = f"; most of it in {_coll_label(top)}" if top else ""
-    title = f"Exposed communication: {ms(impact)} per step with no compute to hide it (worst: rank {worst['rank']}, {ms(worst_v)}){where}"
+    title = (f"Exposed communication: {ms(impact)} per step with no compute to hide it "
+             f"(worst: rank {worst['rank']}, {ms(worst_v)}){where}")
     step = median_step_us(report)
     ev = [f"rank {r['rank']}: {ms(v)} exposed of {ms(per_step(r, 'comm_us'))} communication per step, "
           f"overlap {pct(r.get('comm_overlap_pct'), 0)}" for r, v in sorted(vals, key=lambda rv: -rv[1])[:4]]
@@ -172,10 +173,10 @@ def exposed_comm(report: Report) -> list[Finding]:
 
 def pipeline_bubble(report: Report) -> list[Finding]:
     p = report.get("pipeline")
-    if not p or p.get("bubble_pct") is None:
+    if not p or (bubble := p.get("bubble_pct")) is None:
         return []
     step = median_step_us(report) or 0.0
-    impact = float(p["bubble_pct"]) / 100.0 * step
+    impact = float(bubble) / 100.0 * step
     title = (f"Pipeline bubble: {pct(p['bubble_pct'])} of each step idle ({ms(impact)}), "
              f"P={p.get('stages')} stages, M={p.get('microbatches')} micro-batches, {p.get('schedule')}")
     per = p.get("per_stage") or []
@@ -319,9 +320,9 @@ def _legacy_findings(report: Report, warn: Callable[[str], None] | None) -> list
     left = median_step_us(report)
     for f in found:
         cat, role = LEGACY_CATEGORY.get(f["id"], ("comm_transfer", None))
-        f.setdefault("category", cat)  # type: ignore[typeddict-unknown-key]
-        f.setdefault("role", role)  # type: ignore[typeddict-unknown-key]
-        f.setdefault("rank", None)  # type: ignore[typeddict-unknown-key]
+        f.setdefault("category", cat)
+        f.setdefault("role", role)
+        f.setdefault("rank", None)
         if f["id"] == "hang" or left is None:
             continue
         if f["impact_us_per_step"] > left:
@@ -340,7 +341,7 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     if report.get("ledger"):
         try:
             found = hang(report) + ledger_findings(report)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if warn:
                 warn(f"ledger findings skipped: {type(exc).__name__}: {exc}")
             found = _legacy_findings(report, warn)

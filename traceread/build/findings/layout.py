@@ -4,13 +4,14 @@
   per-layer collectives cross the network (the NVLink → InfiniBand cliff). Its impact is the job
   ledger's share of tensor-parallel communication transfer (``comm_transfer``, role ``tp``): it is
   the *cause* of that share (computed here on the critical rank's own; the ledger findings then
-  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it replaces the generic exposed-TP-communication finding rather
-  than adding to it; the predicted saving (:func:`traceread.build.explain.advice`) is the share
-  times (1 − measured busbw ÷ NVLink peak).
+  claim the TP transfer of the critical path, late peers' included, and scale the saving), so it
+  replaces the generic exposed-TP-communication finding rather than adding to it; the predicted
+  saving (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink peak).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from traceread.build import explain
@@ -44,7 +45,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
     ``nodes`` (most nodes one group of that role spans), ``group_size``, ``gpus_per_node`` (most
     ranks of the job on one node), ``busbw_gbps`` (slowest measured bus bandwidth of those groups'
     collectives) and ``nvlink_gbps`` (the devices' intra-node link peak). Missing ones are left out."""
-    lay = report.get("layout") or {}
+    lay: Mapping[str, Any] = report.get("layout") or {}
     groups = [g for g in lay.get("groups") or [] if g.get("role") == role]
     out: dict[str, Any] = {}
     if groups:
@@ -60,7 +61,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
     colls = [c for c in report.get("collectives") or []  # the table labels groups "name (desc)"
              if str(c.get("pg")).split(" ")[0] in pgs and c.get("busbw_gbps")]
     if colls:
-        out["busbw_gbps"] = min(float(c["busbw_gbps"]) for c in colls)
+        out["busbw_gbps"] = min(float(c.get("busbw_gbps") or 0.0) for c in colls)  # all known (above)
     nv = _nvlink_gbps(report)
     if nv:
         out["nvlink_gbps"] = nv
@@ -69,7 +70,7 @@ def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
 
 def tp_across_nodes(report: Report) -> list[Finding]:
     """One finding when any tensor-parallel group spans several nodes (see the module docstring)."""
-    lay = report.get("layout") or {}
+    lay: Mapping[str, Any] = report.get("layout") or {}
     spread = [g for g in lay.get("groups") or [] if g.get("role") == "tp" and len(g.get("nodes") or []) > 1]
     if not spread:
         return []
@@ -89,11 +90,11 @@ def tp_across_nodes(report: Report) -> list[Finding]:
     sugg = [f"Reorder the device mesh so TP (degree {degrees.get('tp')}) is the innermost, node-local dimension "
             "(torchrun places consecutive ranks on one node; Megatron orders tp-cp-ep-dp-pp with tp fastest).",
             "If TP must be larger than a node, use pipeline parallelism across nodes instead."]
-    f: dict[str, Any] = {
+    f: Finding = {
         "id": "tp_across_nodes", "title": title, "impact_us_per_step": share, "impact_pct": pct_of_step(share, report),
         "explanation": text, "evidence": evidence, "suggestions": sugg,
         "category": "comm_transfer", "role": "tp", "rank": None,
     }
     if predicted is not None:
         f["predicted_saving_us"] = predicted
-    return [f]  # type: ignore[list-item]
+    return [f]

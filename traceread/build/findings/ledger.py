@@ -33,12 +33,12 @@ critical rank's median step into parts ``{category, role, rank, us}``. Findings 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 from traceread.build import explain
 from traceread.build.queries import med, total_steps
 from traceread.fmt import ms
-from traceread.report_schema import Finding, Report
+from traceread.report_schema import Coverage, Finding, Ledger, Report, StragglerEntry
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
 RECOVERABLE: dict[str, str] = {
@@ -78,7 +78,7 @@ def _finding(id_: str, title: str, impact: float, step: float, category: str, ro
     if predicted is not None:
         f["predicted_saving_us"] = float(min(max(predicted, 0.0), f["impact_us_per_step"]))
     f.update(extra)
-    return f  # type: ignore[return-value]
+    return cast(Finding, f)  # the keys above plus a kind's extras (blame_us_per_step, key, ...)
 
 
 def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4) -> list[str]:
@@ -94,7 +94,7 @@ def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4
     return [f"rank {rk}: {ms(us)} of its own step {(report.get('ledger') or {}).get('step')}" for us, rk in vals[:top]]
 
 
-def _straggler_findings(report: Report, led: dict[str, Any], budget: _Budget, step: float) -> list[Finding]:
+def _straggler_findings(report: Report, led: Ledger, budget: _Budget, step: float) -> list[Finding]:
     crit = int(led["critical_rank"])
     by_peer: dict[int, list[tuple[str, str | None, int]]] = defaultdict(list)
     for p in led.get("parts") or []:
@@ -139,15 +139,15 @@ def _wait_role(report: Report, crit: int) -> str | None:
     return max(acc, key=lambda k: acc[k]) if acc else None
 
 
-def _critical_straggler(report: Report, led: dict[str, Any], budget: _Budget, step: float, crit: int,
-                        entries: dict[int, dict[str, Any]]) -> list[Finding]:
+def _critical_straggler(report: Report, led: Ledger, budget: _Budget, step: float, crit: int,
+                        entries: dict[int, StragglerEntry]) -> list[Finding]:
     """The straggler *is* the critical rank (its own slow work sets the step; the others wait for it):
     the part of its compute that makes it late — the straggler analysis' step time saved if it were
     on time — is its share, claimed from its compute (compute-bound first)."""
     e = entries.get(crit)
     if not e or not e.get("root", True) or not e.get("impact_us_per_step"):
         return []
-    keys = [(c, None, crit) for c in ("compute_bound", "compute_other", "memory_bound")]
+    keys: list[tuple[str, str | None, int]] = [(c, None, crit) for c in ("compute_bound", "compute_other", "memory_bound")]
     first = max(keys, key=lambda k: budget.left.get(k, 0.0))[0]
     share = budget.claim(keys, float(e["impact_us_per_step"]))
     if share <= 0:
@@ -164,7 +164,7 @@ def _critical_straggler(report: Report, led: dict[str, Any], budget: _Budget, st
                      predicted=float(e["impact_us_per_step"]), blame_us_per_step=e.get("blame_us_per_step"))]
 
 
-def _peer_mix(led: dict[str, Any], peer: int) -> list[tuple[str, float]]:
+def _peer_mix(led: Ledger, peer: int) -> list[tuple[str, float]]:
     mix: dict[str, float] = defaultdict(float)
     for p in led.get("parts") or []:
         if int(p["rank"]) == peer and p["category"] not in COMM_CATEGORIES:  # its comm is its role's finding
@@ -181,19 +181,19 @@ def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) ->
     for f in tp_across_nodes(report):
         keys = [k for k in list(budget.left) if k[0] == f["category"] and k[1] == f["role"]]
         if f.get("rank") is None:  # the rank holding most of the share
-            f["rank"] = max(keys, key=lambda k: budget.left[k])[2] if keys else crit  # type: ignore[typeddict-unknown-key]
+            f["rank"] = max(keys, key=lambda k: budget.left[k])[2] if keys else crit
         got = budget.claim(keys)
         if f.get("predicted_saving_us") is not None and f["impact_us_per_step"] > 0:
             # the cost model's saving is proportional to the share it was computed for
             scaled = float(f["predicted_saving_us"]) * got / float(f["impact_us_per_step"])
-            f["predicted_saving_us"] = min(scaled, got)  # type: ignore[typeddict-unknown-key]
+            f["predicted_saving_us"] = min(scaled, got)
         f["impact_us_per_step"] = got
         f["impact_pct"] = 100.0 * got / step if step else None
         out.append(f)
     return out
 
 
-def _nccl_findings(report: Report, led: dict[str, Any], budget: _Budget, step: float) -> list[Finding]:
+def _nccl_findings(report: Report, led: Ledger, budget: _Budget, step: float) -> list[Finding]:
     n = report.get("nccl") or {}
     diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
     if not diags:
@@ -239,7 +239,8 @@ def _sm_efficiency(report: Report, budget: _Budget, step: float, crit: int) -> l
 def _numbers(report: Report, role: str | None, share: float, step: float) -> dict[str, Any]:
     """The job's numbers the guide's cost models need (explain.advice), for a share of ``role``."""
     p = report.get("pipeline") or {}
-    groups = [g for g in (report.get("layout") or {}).get("groups") or [] if g.get("role") == role]
+    layout = report.get("layout")
+    groups = [g for g in (layout.get("groups") if layout else None) or [] if g.get("role") == role]
     n: dict[str, Any] = {"share_us": share, "step_us": step, "stages": p.get("stages"),
                          "microbatches": p.get("microbatches"),
                          "virtual": 2 if p.get("schedule") == "interleaved" else 1}
@@ -338,7 +339,7 @@ def ledger_findings(report: Report) -> list[Finding]:
     return out + _slow_steps(report, step)
 
 
-def coverage(findings: list[Finding], step_us: float | None) -> dict[str, float] | None:
+def coverage(findings: list[Finding], step_us: float | None) -> Coverage | None:
     """How much of the step the findings explain (the hang finding is not a share and is left out)."""
     if not step_us:
         return None

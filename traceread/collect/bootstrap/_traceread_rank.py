@@ -37,7 +37,10 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
 DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
@@ -364,7 +367,8 @@ def _format_other_threads() -> str:
         if ident == me:
             continue
         out.append(f"Thread 0x{ident:016x} (most recent call first):\n")
-        frame, depth = frames[ident], 0
+        frame: FrameType | None = frames[ident]
+        depth = 0
         while frame is not None and depth < 100:
             out.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno} in {frame.f_code.co_name}\n')
             frame, depth = frame.f_back, depth + 1
@@ -635,7 +639,7 @@ def _clock_sync(state: _State, addr: str, port: int, rank: int, world: int, roun
                     answered += 1
                 except Exception as exc:
                     _log(state, f"clock sync: rank {r} did not ping ({exc!r}); skipped")
-            result = {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0, "answered": answered}
+            result: dict[str, Any] = {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0, "answered": answered}
         else:
             best: tuple[int, int] | None = None
             for i in range(rounds):
@@ -699,7 +703,7 @@ def _drive_profiler(state: _State) -> None:
         return
     state.prof.step()
     state.step_ns[int(getattr(state.prof, "step_num", 0))] = time.time_ns()
-    if len(state.step_ns) > 4 * int(cfg.get("active", 2)) + 8:  # bounded: only the recent steps matter
+    if len(state.step_ns) > 4 * int(cfg["active"]) + 8:  # bounded: only the recent steps matter
         for key in sorted(state.step_ns)[: len(state.step_ns) // 2]:
             del state.step_ns[key]
     _, _, _, repeat = _schedule_numbers(cfg)
@@ -712,12 +716,14 @@ def _schedule_numbers(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     """(wait, warmup, active, repeat) for ``torch.profiler.schedule``.
 
     ``every`` N > 0 is the periodic mode: one cycle every N steps (wait = N - warmup - active) with no
-    limit on cycles (repeat 0; disk use is bounded by ``max_cycles``). Otherwise ``repeat`` cycles."""
-    wait, warmup, active = int(cfg.get("wait", 1)), int(cfg.get("warmup", 1)), int(cfg.get("active", 2))
-    every = int(cfg.get("every", 0) or 0)
+    limit on cycles (repeat 0; disk use is bounded by ``max_cycles``). Otherwise ``repeat`` cycles.
+    The numbers are the launcher's (``CollectOptions.profiler_config``, defaults in
+    ``traceread.collect.schedule``): the rank keeps none of its own, so the two cannot disagree."""
+    wait, warmup, active = int(cfg["wait"]), int(cfg["warmup"]), int(cfg["active"])
+    every = int(cfg.get("every") or 0)
     if every > 0:
         return max(0, every - warmup - active), warmup, active, 0
-    return wait, warmup, active, int(cfg.get("repeat", 1))
+    return wait, warmup, active, int(cfg["repeat"])
 
 
 def _multi_cycle(cfg: dict[str, Any]) -> bool:
@@ -777,7 +783,7 @@ def _export(state: _State, prof: Any) -> None:
     tmp_json = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.json")
     tmp_gz = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.gz")
     last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
-    steps = list(range(last - int(state.config.get("active", 2)) + 1, last + 1))
+    steps = list(range(last - int(state.config["active"]) + 1, last + 1))
     entry: dict[str, Any] = {"cycle": state.cycles, "steps": [steps[0], steps[-1]] if steps else None,
                              "start_ns": state.step_ns.get(steps[0]) if steps else None, "end_ns": end_ns,
                              "trace": None}
