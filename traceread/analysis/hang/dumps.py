@@ -37,7 +37,7 @@ IN_PROCESS_BELOW = 48
 #: Names that are never dumps (Kineto traces, logs, stacks) are not even sniffed.
 _NOT_DUMPS = (".pt.trace.json", ".pt.trace.json.gz", ".trace.json", ".trace.json.gz", ".log", ".html", ".parquet",
               ".py", ".md", ".csv", ".sock", ".pipe", ".ack", ".tmp")
-_DUMP_NAME = re.compile(r"(^_dump_\d+$)|(trace_rank_\d+)|(^rank\d+(\.cpu)?\.(pkl|pickle|json)$)", re.I)
+_DUMP_NAME = re.compile(r"(^_dump_\d+$)|(trace_rank_\d+(\.(pkl|pickle|json))?$)|(^rank\d+(\.cpu)?\.(pkl|pickle)$)", re.I)
 #: The CPU recorder's groups get this suffix when another rank's NCCL recorder uses the same pg name.
 CPU_SUFFIX = ":cpu"
 
@@ -71,11 +71,10 @@ class DumpSet:
 
 
 def _meant_as_dump(f: Path) -> bool:
-    """A file that is a dump by its place or name (``fr/…``, ``rank3.pkl``, ``_dump_3``, ``…trace_rank_3``), so
-    that a damaged one is reported instead of passed over."""
-    if f.parent.name == "fr":
-        return True
-    return bool(_DUMP_NAME.search(f.name)) and f.name.lower().endswith(("", ".pkl", ".pickle", ".json"))
+    """A file that is a dump by its place or name (``fr/…``, ``_dump_3``, ``…trace_rank_3``, ``rank3.pkl``), so
+    that a damaged one is reported instead of passed over. ``rank3.json`` outside ``fr/`` counts only by its
+    content: collectors keep other per-rank JSON (``ranks/rank3.json``)."""
+    return f.parent.name == "fr" or bool(_DUMP_NAME.search(f.name))
 
 
 def find_dumps(paths: Sequence[str | Path]) -> list[Path]:
