@@ -92,6 +92,9 @@ def test_cli_text_prints_one_line_per_culprit_first() -> None:
     doc = json.loads(res.output)
     assert {c["rank"] for c in doc["culprits"]} <= {0, 1, 2, 3}  # ranks without a dump; never one that dumped
     assert "no dump from ranks 0-3" in doc["dumps"]
+    res = CliRunner().invoke(cli, ["hang", str(DATA / "groups_order" / "node1")])
+    assert res.output.splitlines()[0] == ("Ranks 0-3 never joined all_reduce #3 on pg 0 (world, default_pg) and left "
+                                          "no Flight Recorder dumps (stopped or dead); ranks 4-7 wait in it.")
 
 
 def test_one_dump_file() -> None:

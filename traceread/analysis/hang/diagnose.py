@@ -48,9 +48,30 @@ class HangDiagnosis:
 
     @property
     def lines(self) -> list[str]:
-        """One line per culprit (or the single answer when there is no Flight Recorder)."""
-        cs = self.entry.get("culprits") or []
-        return [c["summary"] for c in cs] if cs else [self.headline]
+        """One line per culprit (or the single answer when there is no Flight Recorder); ranks without a
+        dump that miss the same collective share one line."""
+        return culprit_lines(self.entry.get("culprits") or []) or [self.headline]
+
+
+def culprit_lines(culprits: list[HangCulprit]) -> list[str]:
+    """Each culprit's summary, ranks with no dump and no stack that miss one collective folded into one line."""
+    out: list[str] = []
+    folded: dict[tuple[str, int], list[HangCulprit]] = {}
+    for c in culprits:
+        if c["why"] == "no_dump" and not c.get("stack"):
+            key = (c["pg"], c["seq"])
+            if key in folded:
+                folded[key].append(c)
+                continue
+            folded[key] = [c]
+        out.append(c["summary"])
+    for i, line in enumerate(out):
+        for cs in folded.values():
+            if len(cs) > 1 and line == cs[0]["summary"]:
+                ranks = [c["rank"] for c in cs]
+                out[i] = f"Ranks {_ranks(ranks)}" + line[len(f"Rank {cs[0]['rank']}"):].replace(
+                    " and left no Flight Recorder dump", " and left no Flight Recorder dumps")
+    return out
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -426,8 +447,8 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
     culprits = entry.get("culprits") or []
     stacks = entry.get("stacks") or {}
     if culprits:
-        return " ".join(c["summary"] for c in culprits[:3]) + (
-            f" (+{len(culprits) - 3} more culprits)" if len(culprits) > 3 else "")
+        lines = culprit_lines(culprits)
+        return " ".join(lines[:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
     groups = [g for g in entry.get("groups") or [] if g.get("note")] or entry.get("groups") or []
     if groups:
         g = groups[0]
