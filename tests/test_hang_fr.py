@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from traceread.analysis.hang.attribution import build_groups
 from traceread.analysis.hang.dumps import collect, find_dumps
 from traceread.analysis.hang.flight_recorder import (
     normalize_op,
@@ -19,6 +18,7 @@ from traceread.analysis.hang.flight_recorder import (
     sniff,
     split_profiling_name,
 )
+from traceread.analysis.hang.groups import build_groups
 from traceread.errors import TraceFileError
 
 DATA = Path(__file__).parent / "data" / "fr"

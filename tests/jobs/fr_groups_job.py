@@ -166,7 +166,7 @@ def step(s: int, rank: int, fault: str, groups: dict[str, dist.ProcessGroup], pp
         coll("all_reduce", x, groups["tp"])  # MLP
         if stage == 0:
             coll("broadcast", x, groups["pp"], src=rank)  # send the activation
-    for mb in range(2):  # backward
+    for _mb in range(2):  # backward
         if stage == 0:
             coll("broadcast", x, groups["pp"], src=pp_src["last"])  # receive the gradient
         coll("all_reduce", x, groups["tp"])
@@ -200,7 +200,7 @@ def main() -> None:
     for sub in ("fr", "fr_ws", "stacks", "truth", "pids", "sock"):
         (run / sub).mkdir(parents=True, exist_ok=True)
     (run / "pids" / f"rank{rank}").write_text(str(os.getpid()))
-    stack_file = open(run / "stacks" / f"rank{rank}.txt", "w")  # noqa: SIM115 - open for the process's life
+    stack_file = open(run / "stacks" / f"rank{rank}.txt", "w")  # open for the process's life
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     server = torch._C._distributed_c10d._WorkerServer(str(run / "sock" / f"rank{rank}.sock"))  # noqa: F841 - kept alive

@@ -51,7 +51,7 @@ def run_job(fault: str, run: Path) -> str:
     env.pop("PYTHONPATH", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8", "--tee", "3",
            str(JOB), "--out", str(run), "--fault", fault]
-    log = open(run.parent / f"{fault}.log", "w")  # noqa: SIM115
+    log = open(run.parent / f"{fault}.log", "w")  # closed in the finally below
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 240

@@ -36,13 +36,12 @@ Culprits are ranked by how many ranks wait on them (directly or through others).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traceread.analysis.hang.flight_recorder import GroupView, Op, RankDump, parse_ranks, to_int
-from traceread.fmt import rank_runs
+from traceread.analysis.hang.flight_recorder import GroupView, Op, RankDump, parse_ranks
+from traceread.analysis.hang.groups import Group, build_groups, name_order, runs, stride_pattern
 
-DEFAULT_PG = "0"
 #: ops whose input sizes must agree on every member (all_to_all splits, gather/scatter roots legitimately differ)
 SAME_SHAPE_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "reduce"})
 GLOO_LIKE = frozenset({"gloo", "mpi", "ucc"})
@@ -54,24 +53,6 @@ WHY_TEXT = {
     "out_of_order": "out of order",
     "mismatch": "mismatch",
 }
-
-
-@dataclass
-class Group:
-    pg: str
-    desc: str
-    role: str  # tp, pp, ep, dp, fsdp, cp, world, other
-    role_why: str
-    members: list[int]  # global ranks in group-rank order
-    views: dict[int, GroupView]
-    rebuilt: str | None = None  # how the membership was rebuilt when no pg_config said it
-
-    def label(self) -> str:
-        """``pg 3 (tp, TENSOR_MODEL_PARALLEL_GROUP)``."""
-        bits = [self.role] if self.role not in ("other", "") else []
-        if self.desc and self.desc.lower() not in ("undefined", ""):
-            bits.append(self.desc)
-        return f"pg {self.pg}" + (f" ({', '.join(bits)})" if bits else "")
 
 
 @dataclass
@@ -127,166 +108,6 @@ class Attribution:
 
     def waiting_ranks(self) -> list[int]:
         return sorted({r for s in self.stuck for r in s.waiting} - {c.rank for c in self.culprits})
-
-
-# ----------------------------------------------------------------------------- groups
-
-
-def build_groups(dumps: Mapping[int, RankDump], world: int | None) -> tuple[dict[str, Group], list[str]]:
-    """Every group seen in the dumps, with members and role."""
-    notes: list[str] = []
-    views: dict[str, dict[int, GroupView]] = {}
-    descs: dict[str, str] = {}
-    config: dict[str, tuple[str, str]] = {}
-    for r, d in dumps.items():
-        for name, v in d.groups.items():
-            views.setdefault(name, {})[r] = v
-            if v.desc and name not in descs:
-                descs[name] = v.desc
-        for name, conf in d.pg_config.items():
-            config.setdefault(name, conf)
-            if conf[0] and name not in descs:
-                descs[name] = conf[0]
-    groups: dict[str, Group] = {}
-    for name in sorted(set(views) | set(config), key=_order):
-        vs = views.get(name, {})
-        cfg = config.get(name)
-        members = _dedupe(parse_ranks(cfg[1])) if cfg else []
-        rebuilt = None
-        if members:
-            extra = sorted(set(vs) - set(members))
-            if extra:
-                notes.append(f"pg {name}: ranks {_runs(extra)} recorded it but its pg_config does not list them")
-                members += extra
-        elif _base(name) == DEFAULT_PG and world:
-            members = list(range(world))
-        else:
-            members = sorted(vs)
-            rebuilt = "the ranks whose dumps mention it"
-        if not vs and not members:
-            continue
-        groups[name] = Group(name, descs.get(name, ""), "", "", members, vs, rebuilt)
-    if world:
-        no_dump = set(range(world)) - set(dumps)
-        if no_dump:
-            notes += _complete_memberships(groups, no_dump, world)
-    _assign_roles(groups, world)
-    return groups, notes
-
-
-def _base(name: str) -> str:
-    return name.split(":", 1)[0]
-
-
-def _order(name: str) -> tuple[int, int, str]:
-    n = to_int(_base(name))
-    return (0, n, name) if n is not None else (1, 0, name)
-
-
-def _dedupe(ranks: list[int]) -> list[int]:
-    return list(dict.fromkeys(ranks))
-
-
-def _runs(ranks: Iterable[int]) -> str:
-    return ", ".join(rank_runs(sorted(ranks)))
-
-
-def _pattern(members: list[int]) -> tuple[int, int] | None:
-    """(size, stride) of an evenly spaced group of at least two ranks."""
-    rs = sorted(members)
-    if len(rs) < 2:
-        return None
-    d = rs[1] - rs[0]
-    if d <= 0 or any(b - a != d for a, b in zip(rs, rs[1:])):
-        return None
-    return len(rs), d
-
-
-def _complete_memberships(groups: dict[str, Group], no_dump: set[int], world: int) -> list[str]:
-    """Put ranks without a dump back into the groups the layout says they belong to.
-
-    Only for groups rebuilt from the dumps (no pg_config). A group that is smaller than its neighbours
-    in creation order (torch names groups by a global counter, and jobs create the groups of one role
-    one after another) and that the neighbours' (size, stride) completes in exactly one way with ranks
-    that have no dump, is completed so.
-    """
-    notes: list[str] = []
-    order = [g for g in sorted(groups.values(), key=lambda g: _order(g.pg)) if _base(g.pg) != DEFAULT_PG]
-    for i, g in enumerate(order):
-        if g.rebuilt is None:
-            continue
-        cands: list[tuple[int, int]] = []
-        for j in (i - 1, i + 1, i - 2, i + 2):
-            if 0 <= j < len(order) and order[j].desc == g.desc:
-                p = _pattern(order[j].members)
-                if p and p not in cands:
-                    cands.append(p)
-        fits: set[tuple[int, ...]] = set()
-        for size, stride in cands:
-            if len(g.members) >= size:
-                continue
-            low = min(g.members)
-            for start in range(low - (size - 1) * stride, low + 1, stride):
-                ranks = tuple(start + k * stride for k in range(size))
-                if ranks[0] < 0 or ranks[-1] >= world or not set(g.members) <= set(ranks):
-                    continue
-                if set(ranks) - set(g.members) <= no_dump and not _taken(order, g, set(ranks) - set(g.members), size, stride):
-                    fits.add(ranks)
-        if len(fits) == 1:
-            full = list(next(iter(fits)))
-            added = sorted(set(full) - set(g.members))
-            g.members = full
-            g.rebuilt = (f"the dumps of its members, and rank{'s' if len(added) > 1 else ''} {_runs(added)} (no dump) "
-                         "from the layout")
-            notes.append(f"pg {g.pg}: rank{'s' if len(added) > 1 else ''} {_runs(added)} put back in it from the layout "
-                         f"(its neighbours have {len(full)} ranks, stride {full[1] - full[0]})")
-    return notes
-
-
-def _taken(order: list[Group], g: Group, ranks: set[int], size: int, stride: int) -> bool:
-    """Whether one of ``ranks`` already belongs to another group of the same description and pattern."""
-    return any(o is not g and o.desc == g.desc and _pattern(o.members) == (size, stride) and ranks & set(o.members)
-               for o in order)
-
-
-def _assign_roles(groups: dict[str, Group], world: int | None) -> None:
-    from traceread.analysis.comm.layout import role_from_desc
-
-    ar_counts: dict[str, float] = {}
-    for g in groups.values():
-        named = role_from_desc(g.desc)
-        if _base(g.pg) == DEFAULT_PG or (g.desc or "").lower() == "default_pg" or (world and len(g.members) == world
-                                                                                     and world > 1 and named is None):
-            g.role, g.role_why = "world", "every rank"
-            continue
-        if named:
-            g.role, g.role_why = named, f"description '{g.desc}'"
-            continue
-        ops = Counter[str]()
-        for v in g.views.values():
-            ops.update(v.ops)
-        total = sum(ops.values())
-        n = max(1, len(g.views))
-        if not total:
-            g.role, g.role_why = "other", "nothing recorded"
-        elif (ops["send"] + ops["recv"]) * 2 >= total:
-            g.role, g.role_why = "pp", "point-to-point sends and receives"
-        elif ops["all_to_all"] and not ops["all_reduce"]:
-            g.role, g.role_why = "ep", "all-to-all"
-        elif ops["all_gather"] and ops["reduce_scatter"] and ops["all_reduce"] < min(ops["all_gather"], ops["reduce_scatter"]):
-            g.role, g.role_why = "fsdp", "all-gather with reduce-scatter"
-        elif ops["all_reduce"]:
-            ar_counts[g.pg] = ops["all_reduce"] / n
-            g.role, g.role_why = "dp", f"{ops['all_reduce'] / n:.0f} all-reduces per rank in the buffer"
-        else:
-            g.role, g.role_why = "other", ", ".join(f"{k} {v}" for k, v in ops.most_common(3))
-    if len(set(ar_counts.values())) > 1:  # the groups that all-reduce most often do it per layer: tensor parallel
-        low = min(ar_counts.values())
-        for pg, c in ar_counts.items():
-            if c >= 4 * low:
-                groups[pg].role = "tp"
-                groups[pg].role_why += " (≥ 4x the least frequent all-reducing group: per layer)"
-
 
 # ----------------------------------------------------------------------------- where each rank is
 
@@ -391,7 +212,7 @@ def _check_mismatch(s: Stuck) -> None:
             diff.append(f"dtypes {sig[2] or '-'} vs {other[2] or '-'}")
         peers = sorted(x for x, y in have.items() if _signature(y) == other)
         s.mismatch.append(f"collective #{s.seq} on {s.group.label()}: rank {r} has {'; '.join(diff)} "
-                          f"(rank{'s' if len(peers) > 1 else ''} {_runs(peers)})")
+                          f"(rank{'s' if len(peers) > 1 else ''} {runs(peers)})")
         s.mismatch_ranks.append(r)
     if tie:  # no majority: the other side too
         s.mismatch_ranks = sorted(have)
@@ -486,14 +307,14 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
         c.victims = sorted(reached)
         if c.rank in ranks:
             c.positions = {pg: (v.enqueued, v.completed) for pg, v in sorted(ranks[c.rank].dump.groups.items(),
-                                                                               key=lambda kv: _order(kv[0]))}
+                                                                               key=lambda kv: name_order(kv[0]))}
     for s in stuck.values():
         s.causes = sorted(_causes(s, edges, culprits))
     ordered = sorted(culprits.values(), key=lambda c: (-len(c.victims), _time(c), c.rank))
     for s in p2p_waits:
         s.causes = sorted(_causes(s, edges, culprits))
     listed = sorted((s for s in stuck.values() if s.waiting or s.behind),
-                    key=lambda s: (-len(s.waiting), _order(s.group.pg), s.seq)) + p2p_waits
+                    key=lambda s: (-len(s.waiting), name_order(s.group.pg), s.seq)) + p2p_waits
     return Attribution(groups, listed, ordered, unexplained, notes, timing, world)
 
 
@@ -554,7 +375,7 @@ def _terminal(h: int, s: Stuck, st: _Rank | None, groups: Mapping[str, Group]) -
     """A member behind in ``s`` that is not itself in any collective: why."""
     what = s.what()
     if st is None:
-        return Culprit(h, "no_dump", s, f"no Flight Recorder dump; ranks {_runs(s.waiting)} wait for it in {what}"
+        return Culprit(h, "no_dump", s, f"no Flight Recorder dump; ranks {runs(s.waiting)} wait for it in {what}"
                        if s.waiting else f"no Flight Recorder dump; it is behind in {what}")
     v = s.group.views.get(h)
     if not st.pending:
@@ -568,7 +389,7 @@ def _terminal(h: int, s: Stuck, st: _Rank | None, groups: Mapping[str, Group]) -
     return Culprit(h, "gpu_stopped", s,
                    f"GPU stopped: its host enqueued {head.op} #{head.seq} on {hg.label() if hg else 'pg ' + head.pg} "
                    f"but its GPU never started it" + (f" ({n_more} more queued behind it)" if n_more else "")
-                   + (f"; ranks {_runs(s.waiting)} wait in {what}" if s.waiting else ""))
+                   + (f"; ranks {runs(s.waiting)} wait in {what}" if s.waiting else ""))
 
 
 def _causes(s: Stuck, edges: dict[int, dict[int, Stuck]], culprits: Mapping[int, Culprit]) -> set[int]:
@@ -639,7 +460,7 @@ def _cycles(edges: dict[int, dict[int, Stuck]], terminal: set[int]) -> list[list
 def _role_key(g: Group) -> tuple[str, ...]:
     if g.role == "world":
         return ("world",)
-    p = _pattern(g.members)
+    p = stride_pattern(g.members)
     return (g.role, g.desc.lower(), str(p[0] if p else len(g.members)), str(p[1] if p else ""))
 
 
@@ -698,7 +519,7 @@ def _order_deviants(comp: list[int], edges: dict[int, dict[int, Stuck]], ranks: 
     for r, (own, skipped, agree, total) in deviant.items():
         detail = (f"called {own.what()} before {skipped.what()}, which {agree} of {total} other ranks call first: "
                   f"it skipped {skipped.ref.op if skipped.ref else 'the collective'} #{skipped.seq} or issued the two "
-                  f"in a different order; rank{'s' if len(skipped.waiting) > 1 else ''} {_runs(skipped.waiting)} "
+                  f"in a different order; rank{'s' if len(skipped.waiting) > 1 else ''} {runs(skipped.waiting)} "
                   f"wait{'' if len(skipped.waiting) > 1 else 's'} in it")
         out.append(Culprit(r, "out_of_order", skipped, detail))
     if not deviant:
@@ -707,7 +528,7 @@ def _order_deviants(comp: list[int], edges: dict[int, dict[int, Stuck]], ranks: 
                 if all(c.rank != r for c in out):
                     out.append(Culprit(r, "out_of_order", other,
                                        f"is in {own.what()} while rank{'s' if len(other.waiting) > 1 else ''} "
-                                       f"{_runs(other.waiting)} wait{'' if len(other.waiting) > 1 else 's'} for it in "
+                                       f"{runs(other.waiting)} wait{'' if len(other.waiting) > 1 else 's'} for it in "
                                        f"{other.what()}: the two collectives were issued in a different order on "
                                        "different ranks (no other rank tells which order is right)"))
     return out

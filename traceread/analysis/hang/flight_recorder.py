@@ -326,7 +326,7 @@ def _unpickle(data: bytes, path: str) -> Any:
     was = gc.isenabled()
     gc.disable()  # a dump is a tree of fresh containers: the cycle collector only slows the load 3x
     try:
-        return _NoClassUnpickler(io.BufferedReader(io.BytesIO(data), 1 << 20)).load()  # type: ignore[arg-type]
+        return _NoClassUnpickler(io.BufferedReader(io.BytesIO(data), 1 << 20)).load()
     except pickle.UnpicklingError as exc:
         raise TraceFileError(f"unsafe or corrupt Flight Recorder pickle: {str(exc)[:200]}", path) from None
     except RecursionError:
@@ -472,9 +472,10 @@ def _status(raw: Any) -> dict[str, tuple[int, int, int]]:
     for key, st in list(raw.items())[:100_000]:
         if not isinstance(st, dict):
             continue
-        vals = [to_int(st.get(k)) for k in ("last_enqueued_collective", "last_started_collective",
-                                              "last_completed_collective")]
-        out[to_text(key, 40)] = tuple(-1 if v is None else v for v in vals)  # type: ignore[assignment]
+        enq, started, done = (to_int(st.get(k)) for k in ("last_enqueued_collective", "last_started_collective",
+                                                          "last_completed_collective"))
+        out[to_text(key, 40)] = (-1 if enq is None else enq, -1 if started is None else started,
+                                 -1 if done is None else done)
     return out
 
 
