@@ -332,7 +332,7 @@ def _write_trace(path: Path, data: bytes, rng: random.Random, gz_flip: bool = Fa
 
 
 SPECIALS = ("gzip_bomb", "whitespace_bomb", "symlink_loop", "folder_named_json", "dup_ranks", "hostile_names",
-            "nccl_log", "hang_evidence", "missing_path", "run_folder", "cache_flip")
+            "nccl_log", "hang_evidence", "missing_path", "run_folder", "cache_flip", "fr_dumps")
 ALL_KINDS = tuple(MUTATIONS) + SPECIALS
 
 
@@ -399,10 +399,13 @@ def build_case(index: int, seed: int, sources: list[Source], root: Path, bombs: 
     if kind == "run_folder":
         shutil.copytree(HANG_RUN, run, dirs_exist_ok=True, symlinks=True)
         applied = _mutate_run_folder(rng, run, src)
+    elif kind == "fr_dumps":
+        target = _fr_dumps_case(rng, run)
     cmd = rng.choice(commands)
     case = Case(index, kind, src.name, [], mutations=applied)
-    if cmd == "hang" or (kind == "hang_evidence" and rng.random() < 0.5):
-        case.argv = ["hang", str(target if target.is_dir() else run), "--format", rng.choice(["text", "json"])]
+    if cmd == "hang" or (kind in ("hang_evidence", "fr_dumps") and rng.random() < 0.5):
+        case.argv = ["hang", str(target if target.is_dir() or kind == "fr_dumps" else run), "--format",
+                     rng.choice(["text", "json"])]
         case.text_output = "json" not in case.argv
     elif cmd == "diff":
         other = src.pristine if src.pristine is not None else target
@@ -443,6 +446,105 @@ def _mutate_lines(rng: random.Random, lines: list[str]) -> bytes:
     if rng.random() < 0.2:
         b += b"x" * rng.choice([10_000, 3_000_000])  # one huge line
     return bytes(b)
+
+
+FR_FIXTURES = REPO / "tests" / "data" / "fr"
+
+
+def _fr_dump_files(folder: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of every Flight Recorder dump in a fixture run, by the rank in its name."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        m = re.search(r"(\d+)(?:\.\w+)?$", p.name)
+        if p.is_file() and m and "stacks" not in p.parts and p.suffix in ("", ".pkl", ".json") and p.name != "truth.json":
+            out.append((int(m.group(1)), p))
+    return out
+
+
+def _fr_mutate(rng: random.Random, data: bytes) -> bytes:
+    """One hostile change to a dump: cut, flipped bytes, weird numbers, nesting, a shared-reference bomb."""
+    import pickle
+
+    how = rng.choice(["truncate", "flip", "numbers", "nesting", "laughs", "types", "empty", "gzip"])
+    if how == "truncate":
+        return data[: rng.randrange(max(1, len(data)))]
+    if how == "flip":
+        b = bytearray(data or b" ")
+        for _ in range(rng.choice([1, 8, 64])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if how == "empty":
+        return b""
+    if how == "gzip":
+        return gzip.compress(data, mtime=0)
+    try:  # our own fixtures: the test data of this repository
+        doc = pickle.loads(data) if data[:1] == b"\x80" else json.loads(data)
+    except Exception:  # a fixture that does not parse stays as it is
+        return data
+    entries = doc.get("entries") or [{}]
+    e = rng.choice(entries) if isinstance(entries, list) and entries else {}
+    if how == "numbers":
+        for key in ("record_id", "collective_seq_id", "p2p_seq_id", "pg_id", "time_created_ns"):
+            e[key] = rng.choice(WEIRD_NUMBERS + ["7", None, [1], {"x": 1}])
+        for st in (doc.get("pg_status") or {}).values():
+            st["last_enqueued_collective"] = rng.choice(WEIRD_NUMBERS + ["x", None])
+    elif how == "nesting":
+        deep: Any = []
+        for _ in range(rng.choice([100, 5000])):
+            deep = [deep]
+        e["input_sizes"] = deep
+        doc["pg_config"] = {"0": {"name": "0", "desc": deep, "ranks": deep}}
+    elif how == "laughs":  # shared references: tiny as a pickle; JSON cannot share, so it gets a smaller tree
+        pickled = data[:1] == b"\x80"
+        x: Any = [1]
+        for _ in range(rng.choice([20, 40]) if pickled else 14):
+            x = [x, x]
+        e["input_sizes"] = x
+        if pickled:
+            e["frames"] = [{"name": x, "filename": x, "line": x}] * 100
+    else:
+        for key in ("process_group", "profiling_name", "state", "frames", "entries", "pg_status"):
+            target = doc if key in ("entries", "pg_status") else e
+            if rng.random() < 0.3:
+                target[key] = _other_type(rng, target.get(key))
+        e["profiling_name"] = payload("nccl") if rng.random() < 0.5 else e.get("profiling_name")
+    try:
+        if data[:1] == b"\x80":
+            return pickle.dumps(doc, protocol=2)
+        return json.dumps(doc, allow_nan=True).encode()
+    except (RecursionError, TypeError, ValueError):
+        return data
+
+
+def _fr_dumps_case(rng: random.Random, run: Path) -> Path:
+    """A fixture run's dumps laid out anew (flat, RUN/fr, nested, deep, renamed, one file, torch prefixes),
+    some of them damaged; what ``hang`` (or ``report``) is pointed at."""
+    folders = sorted(p for p in FR_FIXTURES.iterdir() if p.is_dir())
+    src = rng.choice(folders)
+    layout = rng.choice(["flat", "fr", "nested", "deep", "renamed", "torch_prefix", "one_file"])
+    placed: list[Path] = []
+    for rank, f in _fr_dump_files(src):
+        ext = f.suffix
+        name = {"flat": f"rank{rank}{ext}", "fr": f"fr/rank{rank}{ext}", "nested": f"node{rank % 2}/fr/rank{rank}{ext}",
+                "deep": f"a/b/c/d/host{rank}_rank{rank}{ext}", "renamed": f"dump-{rng.randrange(10**6)}_rank{rank}.bin",
+                "torch_prefix": f"_dump_{rank}" if ext != ".json" else f"_dump_{rank}.json",
+                "one_file": f"only/{f.name}"}[layout]
+        dest = run / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        data = f.read_bytes()
+        if rng.random() < 0.3:
+            data = _fr_mutate(rng, data)
+        dest.write_bytes(data)
+        placed.append(dest)
+    if rng.random() < 0.3 and (src / "stacks").is_dir():
+        shutil.copytree(src / "stacks", run / "stacks", dirs_exist_ok=True)
+    if rng.random() < 0.1 and hasattr(os, "mkfifo"):
+        (run / "errors").mkdir(exist_ok=True)
+        os.mkfifo(run / "errors" / "rank2.json")
+        os.mkfifo(run / "fr_fifo_rank9.pkl")
+    if layout == "one_file" and placed:
+        return rng.choice(placed)
+    return run
 
 
 def _mutate_hang_run(rng: random.Random, run: Path) -> None:

@@ -125,6 +125,57 @@ class SlowStepEntry(TypedDict, total=False):
     detail: str
 
 
+class HangBehind(TypedDict, total=False):
+    """A member of a stuck group that has not joined its collective (docs/hang-and-nccl.md)."""
+
+    rank: int
+    why: str  # never_enqueued | not_started (its GPU never started it) | busy (in another op first) | no_dump
+    enqueued: int | None  # its last enqueued collective seq in this group (None: no dump)
+    completed: int | None
+
+
+class HangGroup(TypedDict, total=False):
+    """One stuck collective: the first one of a process group that not every member completed (or a
+    later one some rank waits in)."""
+
+    pg: str
+    desc: str
+    role: str  # tp | pp | ep | dp | fsdp | cp | world | other
+    role_from: str  # why that role: "description '...'" or what the group ran
+    op: str
+    seq: int
+    sizes: str  # input sizes as recorded, e.g. "[[4096, 8192]]"
+    dtype: str
+    members: int
+    waiting: list[int]  # members in it
+    behind: list[HangBehind]  # members that did not join it, and where they stopped
+    culprits: list[int]  # the culprits it waits on, directly or through other groups
+    enqueued_at: str | None  # "train.py:53 in train_step" (Flight Recorder frames)
+    first: bool  # the group's first collective not completed by every member
+    mismatch: list[str]
+    note: str | None  # e.g. "every member is in it and none completes"
+
+
+class HangCulprit(TypedDict, total=False):
+    """A rank that stopped the job for a reason of its own (docs/hang-and-nccl.md, "Culprits")."""
+
+    rank: int
+    why: str  # gpu_stopped | host_elsewhere | no_dump | out_of_order | mismatch
+    summary: str  # the one line the text and HTML print
+    pg: str  # the collective it holds up (the one most ranks wait in)
+    role: str
+    op: str
+    seq: int
+    sizes: str
+    dtype: str
+    waiting: list[int]  # ranks in that collective
+    victims: int  # ranks that wait on it, directly or through other groups
+    stack: str | None  # its Python line from the stack dumps
+    log: str | None  # the last log line it wrote
+    positions: dict[str, list[int]]  # pg -> [last enqueued, last completed] in each of its groups
+    evidence: list[str]
+
+
 class HangEntry(TypedDict, total=False):
     pg: str
     seq: int | None  # None when only stacks or debug messages are available
@@ -135,6 +186,11 @@ class HangEntry(TypedDict, total=False):
     # extras
     mismatches: list[str]
     evidence: list[str]
+    # added in issue 22 (additive): every culprit and every stuck group; the fields above describe
+    # the top culprit's collective
+    culprits: list[HangCulprit]
+    groups: list[HangGroup]
+    dumps: str  # "Flight Recorder: 16 dumps of 8 ranks read (pickle 8, JSON 8); no dump from rank 5"
 
 
 #: Every category of the step ledger, in display order (compute first, idle last; docs/ledger.md).

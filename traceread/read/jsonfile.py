@@ -38,7 +38,7 @@ def read_json_value(path: str | Path, max_bytes: int = MAX_SIDE_JSON_BYTES) -> A
             raise ValueError(f"{st.st_size:,} bytes: larger than any file traceread collect writes "
                              f"({max_bytes:,} bytes at most)")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(min(st.st_size, max_bytes) + 1)  # read(n) allocates n bytes up front
     finally:
         os.close(fd)
     if len(data) > max_bytes:

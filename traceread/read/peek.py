@@ -203,6 +203,10 @@ def _peek_file(facts: FileFacts) -> None:
     if "traceEvents" not in stream.top:
         facts.unreadable = f"{NOT_A_TRACE}: no traceEvents"
         return
+    other = _top_value(stream.top, "otherData")
+    if isinstance(other, dict) and str(other.get("generator") or "").startswith("traceread"):
+        facts.unreadable = f"{NOT_A_TRACE}: a timeline written by traceread export (every rank merged)"
+        return
     dist_v = _top_value(stream.top, "distributedInfo")
     dist = dist_v if isinstance(dist_v, dict) else {}
     facts.distributed = isinstance(dist_v, dict)

@@ -280,7 +280,17 @@ def notes_section(report: Report, v: View) -> None:
             f"step {s['step']} +{ms(s.get('excess_us'))} ({s.get('cause')})" for s in ss[: v.top]))
     h = report.get("hang")
     if h:
-        lines += hang_lines(h, v.top)  # type: ignore[arg-type]
+        culprits = h.get("culprits") or []
+        if culprits:  # one line per culprit first (docs/hang-and-nccl.md)
+            lines += [f"HANG: {c.get('summary')}" for c in culprits[: v.top]]
+            if len(culprits) > v.top:
+                lines.append(f"  … {len(culprits) - v.top} more culprits (traceread hang RUN)")
+            if h.get("groups"):
+                lines.append(f"  {len(h['groups'])} stuck group(s); {h.get('dumps') or ''}".rstrip("; "))
+            for r, loc in list((h.get("stacks") or {}).items())[: v.top]:
+                lines.append(f"  rank {r} was at {loc}")
+        else:
+            lines += hang_lines(h, v.top)  # type: ignore[arg-type]
     from traceread.render.memory_view import terminal_line
 
     memory = terminal_line(report)

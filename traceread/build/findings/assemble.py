@@ -40,7 +40,8 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
     title = (f"Job hung in {where}: rank(s) {rank_list(missing)} never joined"
              if missing else f"Job hung in {where}")
     stacks = h.get("stacks") or {}
-    evidence = list(h.get("evidence") or [])
+    evidence = [c["summary"] for c in (h.get("culprits") or [])[:8]]  # one line per culprit first
+    evidence += list(h.get("evidence") or [])
     evidence += [f"rank {r}: {loc}" for r, loc in list(stacks.items())[:8]]
     evidence += list(h.get("mismatches") or [])
     expl = (f"Ranks {rank_list(waiting)} entered {where} and waited for ranks {rank_list(missing)}, which never "
