@@ -56,7 +56,9 @@ def test_late_rank_under_ddp_buckets_saves_the_injected_delay_once(tmp_path: Pat
     assert 0.85 * delay <= top["predicted_saving_us"] <= 1.3 * delay, top
     assert top["predicted_saving_us"] <= top["impact_us_per_step"] <= doc["coverage"]["step_us"]
     (e,) = [s for s in doc["stragglers"] if s["rank"] == 1]
-    assert e["impact_us_per_step"] == pytest.approx(top["predicted_saving_us"])
+    # the entry is the rank's what-if alone; the finding's saving is what is left of it once earlier
+    # findings (a slow step on a loaded machine) claimed their part of the same time: never more
+    assert e["impact_us_per_step"] >= top["predicted_saving_us"] - 1e-6
     assert e["blame_us_per_step"] > 1.5 * e["impact_us_per_step"]  # the delay was waited out at several buckets
     assert e["cause"] == "host" and not e["noise"]
     w = doc["ledger"]["window"]

@@ -52,10 +52,19 @@ def side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
     return out
 
 
+def _ranks(run_info: dict[str, Any] | None) -> dict[str, Any]:
+    """run.json's ``ranks`` map, or empty when it is missing or of another shape (a damaged file)."""
+    ranks = (run_info or {}).get("ranks")
+    return ranks if isinstance(ranks, dict) else {}
+
+
 def no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
     """One line for a collected run that recorded no trace: why, and how to collect one."""
-    o = run_info.get("options") or {}
-    ran = [i["steps"] for i in (run_info.get("ranks") or {}).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
+    given = run_info.get("options")
+    o: dict[str, Any] = given if isinstance(given, dict) else {}
+    ran = [i["steps"] for i in _ranks(run_info).values() if isinstance(i, dict) and isinstance(i.get("steps"), int)]
+    if _ranks(run_info) and not any(isinstance(i, dict) and i.get("torch") for i in _ranks(run_info).values()):
+        return f"{run_dir}: no trace: no rank imported torch, so there was nothing to profile"
     need = 1 + int(o.get("wait") or 0) + int(o.get("warmup") or 0) + 1
     why = (f"the job ran {max(ran)} optimizer step(s), and the profiler records from step {need} on "
            f"(--wait {o.get('wait')} --warmup {o.get('warmup')})" if ran and max(ran) < need else
@@ -66,8 +75,7 @@ def no_trace_line(run_dir: Path, run_info: dict[str, Any]) -> str:
 
 def partial_window(run_info: dict[str, Any] | None) -> str | None:
     """The warning of a window the end of the job cut short (collect keeps its recorded steps)."""
-    parts = [i["partial"] for i in ((run_info or {}).get("ranks") or {}).values()
-             if isinstance(i, dict) and isinstance(i.get("partial"), dict)]
+    parts = [i["partial"] for i in _ranks(run_info).values() if isinstance(i, dict) and isinstance(i.get("partial"), dict)]
     if not parts:
         return None
     p = parts[0]

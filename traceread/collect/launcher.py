@@ -344,10 +344,6 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
-    if collecting and opts.profile and opts.inject:
-        note = _no_trace_note(host_dir, opts)
-        if note:
-            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
@@ -505,10 +501,9 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
             lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
     elif opts.profile and opts.inject:
-        run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
-        lines.append("  traces:  none — " + (too_short_note(max(run), opts.wait, opts.warmup, opts.active) or
-                                              "no rank reached an active profiler step") if run else
-                     "  traces:  none — no rank reported an optimizer step (did the job import torch and step an optimizer?)")
+        why = _no_trace_note(host_dir, opts)
+        lines.append("  traces:  none — " + (why.removeprefix("no trace: ") if why else
+                                              "no rank reported an optimizer step (did the job step an optimizer?)"))
     extras = [f"{n} {what}" for n, what in ((len(list((host_dir / "nccl").glob("*"))), "NCCL log(s)"),
                                            (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),
                                            (len(list((host_dir / "fr").glob("*"))), "Flight Recorder dump(s)"))
@@ -521,9 +516,11 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
         nxt.append(f"traceread report {quoted}")
     if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
         nxt.append(f"traceread hang {quoted}")
-    if not traces and not nxt:
+    torch_seen = any(i.get("torch") for i in ranks.values())
+    if not traces and not nxt and (torch_seen or not ranks):  # a job without torch has nothing to profile
         run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
         nxt.append(f"traceread collect -o {shlex.quote(str(run_root) + '-2')} --wait 0 --warmup 1 --active "
                    f"{short_job_active(max(run)) if run else 3} -- {' '.join(shlex.quote(c) for c in opts.command)}")
-    lines.append("  next:    " + "   ".join(nxt))
+    if nxt:
+        lines.append("  next:    " + "   ".join(nxt))
     return lines

@@ -166,11 +166,11 @@ def _read_entry(path: Path, field: str, key: dict[str, Any], what: str, about: A
         doc = msgspec.msgpack.decode(raw)
     except Exception:  # not msgpack any more
         doc = None
+    if isinstance(doc, dict) and doc.get("key") != key:
+        return None  # another input, version or options (an older traceread's entry): a plain miss
     if not isinstance(doc, dict) or not isinstance(doc.get(field), bytes) or not isinstance(doc.get("sha256"), str):
         _damaged(what, about, path)
         return None
-    if doc.get("key") != key:
-        return None  # another input, version or options: a plain miss (rewritten by the caller)
     if digest(doc[field]) != doc["sha256"]:
         _damaged(what, about, path)
         return None
@@ -280,13 +280,18 @@ def _verified_files(d: Path, f: Any) -> dict[str, bytes] | None:
     names = ["meta.json", *(f"{t}.parquet" for t in TABLES)]
     try:
         sums_raw = (d / CHECKSUMS).read_bytes()
-    except OSError:  # absent: an entry from before checksums, a plain miss
-        return None
+        data = {n: (d / n).read_bytes() for n in names}
+    except OSError:  # absent: an entry from before checksums or another version, or being rewritten
+        return None  # by a report running beside this one: a plain miss
+    try:
+        if msgspec.json.decode(data["meta.json"]).get("key") != parse_key(f):
+            return None  # another reader version or another file: a plain miss
+    except Exception:
+        pass  # an unreadable meta.json is judged by its checksum below
     try:
         sums = msgspec.json.decode(sums_raw)
-        data = {n: (d / n).read_bytes() for n in names}
         ok = isinstance(sums, dict) and set(sums) == set(names) and all(digest(data[n]) == sums[n] for n in names)
-    except (OSError, msgspec.DecodeError):
+    except msgspec.DecodeError:
         ok = False
     if not ok:
         _damaged("tables", f, d)
