@@ -105,7 +105,7 @@ def test_damaged_fields_are_named(run: Path, tmp_path: Path) -> None:
     assert "hang.json: last_step_per_rank is not a map of rank to step; nothing used" in out
     (run / "run.json").write_text("[" * 100_000 + "]" * 100_000)
     _, out = _invoke(["report", str(run), "-j", "1", "--format", "text"], tmp_path)
-    assert "run.json: cannot read (JSON nested too deeply)" in out
+    assert "run.json: cannot read (JSON nested too deeply)" in " ".join(out.split())  # a long path may wrap
 
 
 def test_html_with_kernels_without_a_name(tmp_path: Path) -> None:

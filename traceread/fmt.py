@@ -147,6 +147,14 @@ def rank_list(ranks: Iterable[int], limit: int = 8) -> str:
     return ", ".join(parts)
 
 
+def ranks_words(ranks: Iterable[int], limit: int = 8) -> str:
+    """``rank 0`` / ``ranks 0-3, 7`` / ``no rank``: a list of ranks never reads as a count."""
+    rs = sorted(set(int(r) for r in ranks))
+    if not rs:
+        return "no rank"
+    return f"rank{'s' if len(rs) != 1 else ''} {rank_list(rs, limit)}"
+
+
 def export_command(report: Any) -> str:
     """The command that writes the merged multi-rank timeline for this report's traces."""
     import shlex

@@ -502,7 +502,7 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
     elif opts.profile and opts.inject:
         why = _no_trace_note(host_dir, opts)
-        lines.append("  traces:  none — " + (why.removeprefix("no trace: ") if why else
+        lines.append("  traces:  none — " + (why if why else
                                               "no rank reported an optimizer step (did the job step an optimizer?)"))
     extras = [f"{n} {what}" for n, what in ((len(list((host_dir / "nccl").glob("*"))), "NCCL log(s)"),
                                            (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),

@@ -10,6 +10,7 @@ import click
 
 from traceread.commands.common import check_writable, fail, resolve_format, ui, ui_options, write_output
 from traceread.errors import EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.fmt import ranks_words
 from traceread.textsafe import clean
 
 #: Stuck groups and stack lines printed in text (all of them are in --format json).
@@ -17,24 +18,11 @@ TEXT_GROUPS = 12
 TEXT_STACKS = 16
 
 
-def _ranks(ranks: list[int]) -> str:
-    """``rank 0`` / ``ranks 0-3, 7``: a list of ranks never reads as a count."""
-    from traceread.fmt import rank_list
-
-    return f"rank{'s' if len(ranks) != 1 else ''} {rank_list(ranks)}"
-
-
 def _behind_text(b: dict[str, Any]) -> str:
     why = {"never_enqueued": "never enqueued it", "not_started": "enqueued, GPU never started it",
            "busy": "in another collective first", "no_dump": "no dump"}.get(b.get("why", ""), b.get("why", ""))
     at = f", at #{b['enqueued']}" if b.get("enqueued") is not None and b.get("why") == "never_enqueued" else ""
-    return f"{b['rank']} ({why}{at})"
-
-
-def _runs(ranks: list[int]) -> str:
-    from traceread.fmt import rank_runs
-
-    return ", ".join(rank_runs(sorted(ranks))) or "-"
+    return f"rank {b['rank']} ({why}{at})"
 
 
 def _text(diag: Any) -> str:
@@ -56,9 +44,9 @@ def _text(diag: Any) -> str:
                 lines.append(
                     f"  pg {g['pg']} ({g.get('role')}{', ' + g['desc'] if g.get('desc') and g['desc'] != 'undefined' else ''})"
                     f" {g.get('op')} #{g.get('seq')} {g.get('sizes') or ''} {g.get('dtype') or ''}".rstrip()
-                    + f": in it {_runs(g.get('waiting') or [])}"
+                    + f": in it {ranks_words(g.get('waiting') or [])}"
                     + (f"; behind {behind}" + (f" +{more} more" if more > 0 else "") if behind else "")
-                    + (f"; waits on {_runs(g['culprits'])}" if g.get("culprits") else "")
+                    + (f"; waits on {ranks_words(g['culprits'])}" if g.get("culprits") else "")
                     + (f" [{g['note']}]" if g.get("note") else ""))
             if len(groups) > TEXT_GROUPS:
                 lines.append(f"  … {len(groups) - TEXT_GROUPS} more (--format json lists every group)")
@@ -72,8 +60,8 @@ def _text(diag: Any) -> str:
         seq = e.get("seq")
         lines.append(f"collective : {e.get('op')}" + (f" #{seq}" if seq is not None else "") + f"  (pg {e.get('pg')})")
         missing, waiting = e.get("missing_ranks") or [], e.get("waiting_ranks") or []
-        lines.append(f"culprits   : {_ranks(missing) + ' (never joined it)' if missing else 'none found'}")
-        lines.append(f"waiting    : {_ranks(waiting) + ' (inside it, for the culprits)' if waiting else 'none recorded'}")
+        lines.append(f"culprits   : {ranks_words(missing) + ' (never joined it)' if missing else 'none found'}")
+        lines.append(f"waiting    : {ranks_words(waiting) + ' (inside it, for the culprits)' if waiting else 'none recorded'}")
     if e.get("mismatches"):
         lines.append("mismatches :")
         lines += [f"  - {m}" for m in e["mismatches"][:TEXT_GROUPS]]

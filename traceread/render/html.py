@@ -29,7 +29,7 @@ import orjson
 from traceread import __version__
 from traceread.build import explain
 from traceread.build.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
-from traceread.fmt import elide_templates, export_command, ms, nbytes, pct, rank_list, short_name
+from traceread.fmt import elide_templates, export_command, ms, nbytes, pct, rank_list, ranks_words, short_name
 from traceread.render import charts, terminal
 from traceread.render.json_report import _jsonable
 from traceread.render.ledger_view import CATEGORY_WORDS
@@ -94,15 +94,8 @@ def _env() -> jinja2.Environment:
     env.globals.update(per_step=per_step, step_us=step_us, host_bound_per_step=host_bound_per_step, rank_list=rank_list,
                        fmt_num=_undef_none(_fmt_num), short_name=short_name, elide=elide_templates,
                        words=lambda c: CATEGORY_WORDS.get(str(c), str(c)), basename=lambda f: Path(str(f or "")).name or "n/a",
-                       ranks_words=_ranks_words)
+                       ranks_words=ranks_words)
     return env
-
-
-def _ranks_words(ranks: list[int]) -> str:
-    """``rank 0`` / ``ranks 0-3, 7`` / ``no rank``: a rank list never reads as a count."""
-    if not ranks:
-        return "no rank recorded"
-    return f"rank{'s' if len(ranks) != 1 else ''} {rank_list(ranks)}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from traceread.build.findings.base import MIN_IMPACT_PCT, make_finding
 from traceread.build.findings.window import Window, window_of
-from traceread.fmt import rank_list
+from traceread.fmt import rank_list, ranks_words
 from traceread.report_schema import Finding, Report
 
 __all__ = ["MIN_IMPACT_PCT", "build_findings", "coverage", "hang"]
@@ -37,7 +37,7 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
         return []
     missing, waiting = h.get("missing_ranks") or [], h.get("waiting_ranks") or []
     where = f"{h.get('op') or 'a collective'} (pg {h.get('pg')}, seq {h.get('seq')})"
-    title = (f"Job hung in {where}: rank(s) {rank_list(missing)} never joined"
+    title = (f"Job hung in {where}: {ranks_words(missing)} never joined"
              if missing else f"Job hung in {where}")
     stacks = h.get("stacks") or {}
     evidence = [c["summary"] for c in (h.get("culprits") or [])[:8]]  # one line per culprit first
