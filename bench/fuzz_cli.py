@@ -4,9 +4,14 @@ Every real trace in ``../shared/traces`` (when present) and ``sample_traces/`` i
 truncation, byte flips (JSON text and gzip stream), deleted/renamed keys, values of the wrong type,
 NaN/Infinity/huge numbers, negative durations, strings for numbers, duplicated ranks, empty and
 non-UTF-8 files, deep nesting, gzip and whitespace bombs, symlink loops, folders named ``*.json``,
-terminal/HTML injection payloads in every string, damaged NCCL logs and damaged hang evidence — and
-run through ``traceread report`` (json, text, rich, html), ``hang``, ``diff`` and ``export`` (when the
-installed CLI has it), in-process through the CLI entry point, in a worker process that is recycled.
+terminal/HTML injection payloads in every string, lone UTF-16 surrogates, damaged NCCL logs and
+damaged hang evidence, hostile run folders (``run_folder``: impossible world sizes, 100k-deep
+``run.json``/``hang.json``/error files, fields of the wrong shape, FIFOs and folders under the names
+the analyses read, an export saved into the folder, a rank outside the world size) and single-bit
+flips in a filled cache (``cache_flip``: the document, the rank summaries, the parse-cache tables,
+their metadata and checksums) — and run through ``traceread report`` (json, text, rich, html),
+``hang``, ``diff`` and ``export`` (when the installed CLI has it), in-process through the CLI entry
+point, in a worker process that is recycled.
 
 Counted per case, all of which must be 0:
 
@@ -16,13 +21,16 @@ Counted per case, all of which must be 0:
 * ``memory``     — the worker's peak RSS went over ``--max-rss-mb``;
 * ``unsafe``     — terminal/text output carried a control character, an escape sequence or a bidi
   override, or HTML output carried an unescaped ``<img`` payload;
-* ``multiline_error`` — an exit-2/3 error message was not one line.
+* ``multiline_error`` — an exit-2/3 error message was not one line;
+* ``silently_wrong`` — a ``cache_flip`` case exited 0 with a document that differs from the one
+  computed without the cache (a damaged cache may cost time, never change the answer).
 
 Usage::
 
     python bench/fuzz_cli.py --cases 10000            # the benchmark (README "Reliability")
     python bench/fuzz_cli.py --cases 200 --seed 7     # a quick run
     python bench/fuzz_cli.py --replay 1234 --keep /tmp/case  # rebuild and rerun one case
+    python bench/fuzz_cli.py --kinds cache_flip,run_folder --cases 600   # only these kinds
 
 Traces are cut to their first ``--max-events`` events (default 1000) so a case takes ~0.1 s; the
 mutations, not the size, are what is being tested (size has its own benchmarks).
@@ -60,6 +68,8 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 HANG_RUN = SAMPLES / "cpu_hang_gloo"
+#: Collected runs whose cache the ``cache_flip`` cases damage (small: a flip in the tables re-reads one rank).
+CACHE_RUNS = (SAMPLES / "cpu_ddp_gloo", SAMPLES / "h100_ddp_gloo_2proc_1gpu")
 NCCL_LOG_LINES = [
     "h-1:101:201 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
     "h-1:101:201 [0] NCCL INFO comm 0x55 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xabc - Init START",
@@ -271,6 +281,15 @@ def m_inject(rng: random.Random, s: Source) -> bytes:
     return _dumps(walk(doc))
 
 
+def m_lone_surrogate(rng: random.Random, s: Source) -> bytes:
+    """Lone UTF-16 surrogates in names, as Python's own ``json`` writes them (``\\ud800``)."""
+    doc = copy.deepcopy(s.doc)
+    for d in _pick_dicts(rng, doc, rng.choice([1, 10, 100])):
+        if isinstance(d.get("name"), str):
+            d["name"] += rng.choice(["\ud800", "\udfff", "\udbff\udbff", "x\udc00y"])
+    return json.dumps(doc, allow_nan=True, ensure_ascii=True).encode()
+
+
 def m_empty(rng: random.Random, s: Source) -> bytes:
     return rng.choice([b"", b" ", b"{}", b"[]", b"null", b'{"traceEvents": []}', b'{"traceEvents": null}'])
 
@@ -279,7 +298,7 @@ MUTATIONS: dict[str, Callable[[random.Random, Source], bytes]] = {
     "truncate": m_truncate, "byteflip": m_byteflip, "delete_key": m_delete_key, "rename_key": m_rename_key,
     "wrong_type": m_wrong_type, "weird_numbers": m_weird_numbers, "negative_durations": m_negative_durations,
     "strings_for_numbers": m_strings_for_numbers, "non_utf8": m_non_utf8, "deep_nesting": m_deep_nesting,
-    "inject": m_inject, "empty": m_empty,
+    "inject": m_inject, "lone_surrogate": m_lone_surrogate, "empty": m_empty,
 }
 
 
@@ -294,6 +313,9 @@ class Case:
     check_html: Path | None = None
     text_output: bool = True
     notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set while the case runs (the cache it uses)
+    truth: dict[str, Any] | None = None  # cache_flip: the document computed without the cache
+    mutations: int = 0  # run_folder: how many mutations were applied
 
 
 def _write_trace(path: Path, data: bytes, rng: random.Random, gz_flip: bool = False) -> Path:
@@ -310,16 +332,28 @@ def _write_trace(path: Path, data: bytes, rng: random.Random, gz_flip: bool = Fa
 
 
 SPECIALS = ("gzip_bomb", "whitespace_bomb", "symlink_loop", "folder_named_json", "dup_ranks", "hostile_names",
-            "nccl_log", "hang_evidence", "missing_path")
+            "nccl_log", "hang_evidence", "missing_path", "run_folder", "cache_flip", "fr_dumps")
+ALL_KINDS = tuple(MUTATIONS) + SPECIALS
+
+
+@dataclass
+class CacheRun:
+    """A collected run, its document without the cache, and a cache filled by a report of it."""
+
+    run: Path
+    truth: dict[str, Any]
+    cache: Path
 
 
 def build_case(index: int, seed: int, sources: list[Source], root: Path, bombs: dict[str, Path],
-               commands: list[str]) -> Case:
+               commands: list[str], kinds: tuple[str, ...] = ALL_KINDS,
+               cache_runs: list[CacheRun] | None = None) -> Case:
     """Case ``index``: deterministic from (seed, index); files under ``root`` (an empty folder)."""
     rng = random.Random(seed * 1_000_003 + index)
-    kinds = list(MUTATIONS) + list(SPECIALS)
     kind = kinds[index % len(kinds)]  # every (kind, source) pair within the first kinds x sources cases
     src = sources[(index // len(kinds)) % len(sources)]
+    if kind == "cache_flip":
+        return _cache_flip_case(index, rng, root, cache_runs or [])
     run = root / "run"
     run.mkdir()
     target: Path = run
@@ -361,10 +395,17 @@ def build_case(index: int, seed: int, sources: list[Source], root: Path, bombs: 
         _mutate_hang_run(rng, run)
     elif kind == "missing_path":
         target = run / "does-not-exist" / "rank0.pt.trace.json"
+    applied = 0
+    if kind == "run_folder":
+        shutil.copytree(HANG_RUN, run, dirs_exist_ok=True, symlinks=True)
+        applied = _mutate_run_folder(rng, run, src)
+    elif kind == "fr_dumps":
+        target = _fr_dumps_case(rng, run)
     cmd = rng.choice(commands)
-    case = Case(index, kind, src.name, [])
-    if cmd == "hang" or (kind == "hang_evidence" and rng.random() < 0.5):
-        case.argv = ["hang", str(target if target.is_dir() else run), "--format", rng.choice(["text", "json"])]
+    case = Case(index, kind, src.name, [], mutations=applied)
+    if cmd == "hang" or (kind in ("hang_evidence", "fr_dumps") and rng.random() < 0.5):
+        case.argv = ["hang", str(target if target.is_dir() or kind == "fr_dumps" else run), "--format",
+                     rng.choice(["text", "json"])]
         case.text_output = "json" not in case.argv
     elif cmd == "diff":
         other = src.pristine if src.pristine is not None else target
@@ -407,6 +448,105 @@ def _mutate_lines(rng: random.Random, lines: list[str]) -> bytes:
     return bytes(b)
 
 
+FR_FIXTURES = REPO / "tests" / "data" / "fr"
+
+
+def _fr_dump_files(folder: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of every Flight Recorder dump in a fixture run, by the rank in its name."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        m = re.search(r"(\d+)(?:\.\w+)?$", p.name)
+        if p.is_file() and m and "stacks" not in p.parts and p.suffix in ("", ".pkl", ".json") and p.name != "truth.json":
+            out.append((int(m.group(1)), p))
+    return out
+
+
+def _fr_mutate(rng: random.Random, data: bytes) -> bytes:
+    """One hostile change to a dump: cut, flipped bytes, weird numbers, nesting, a shared-reference bomb."""
+    import pickle
+
+    how = rng.choice(["truncate", "flip", "numbers", "nesting", "laughs", "types", "empty", "gzip"])
+    if how == "truncate":
+        return data[: rng.randrange(max(1, len(data)))]
+    if how == "flip":
+        b = bytearray(data or b" ")
+        for _ in range(rng.choice([1, 8, 64])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if how == "empty":
+        return b""
+    if how == "gzip":
+        return gzip.compress(data, mtime=0)
+    try:  # our own fixtures: the test data of this repository
+        doc = pickle.loads(data) if data[:1] == b"\x80" else json.loads(data)
+    except Exception:  # a fixture that does not parse stays as it is
+        return data
+    entries = doc.get("entries") or [{}]
+    e = rng.choice(entries) if isinstance(entries, list) and entries else {}
+    if how == "numbers":
+        for key in ("record_id", "collective_seq_id", "p2p_seq_id", "pg_id", "time_created_ns"):
+            e[key] = rng.choice(WEIRD_NUMBERS + ["7", None, [1], {"x": 1}])
+        for st in (doc.get("pg_status") or {}).values():
+            st["last_enqueued_collective"] = rng.choice(WEIRD_NUMBERS + ["x", None])
+    elif how == "nesting":
+        deep: Any = []
+        for _ in range(rng.choice([100, 5000])):
+            deep = [deep]
+        e["input_sizes"] = deep
+        doc["pg_config"] = {"0": {"name": "0", "desc": deep, "ranks": deep}}
+    elif how == "laughs":  # shared references: tiny as a pickle; JSON cannot share, so it gets a smaller tree
+        pickled = data[:1] == b"\x80"
+        x: Any = [1]
+        for _ in range(rng.choice([20, 40]) if pickled else 14):
+            x = [x, x]
+        e["input_sizes"] = x
+        if pickled:
+            e["frames"] = [{"name": x, "filename": x, "line": x}] * 100
+    else:
+        for key in ("process_group", "profiling_name", "state", "frames", "entries", "pg_status"):
+            target = doc if key in ("entries", "pg_status") else e
+            if rng.random() < 0.3:
+                target[key] = _other_type(rng, target.get(key))
+        e["profiling_name"] = payload("nccl") if rng.random() < 0.5 else e.get("profiling_name")
+    try:
+        if data[:1] == b"\x80":
+            return pickle.dumps(doc, protocol=2)
+        return json.dumps(doc, allow_nan=True).encode()
+    except (RecursionError, TypeError, ValueError):
+        return data
+
+
+def _fr_dumps_case(rng: random.Random, run: Path) -> Path:
+    """A fixture run's dumps laid out anew (flat, RUN/fr, nested, deep, renamed, one file, torch prefixes),
+    some of them damaged; what ``hang`` (or ``report``) is pointed at."""
+    folders = sorted(p for p in FR_FIXTURES.iterdir() if p.is_dir())
+    src = rng.choice(folders)
+    layout = rng.choice(["flat", "fr", "nested", "deep", "renamed", "torch_prefix", "one_file"])
+    placed: list[Path] = []
+    for rank, f in _fr_dump_files(src):
+        ext = f.suffix
+        name = {"flat": f"rank{rank}{ext}", "fr": f"fr/rank{rank}{ext}", "nested": f"node{rank % 2}/fr/rank{rank}{ext}",
+                "deep": f"a/b/c/d/host{rank}_rank{rank}{ext}", "renamed": f"dump-{rng.randrange(10**6)}_rank{rank}.bin",
+                "torch_prefix": f"_dump_{rank}" if ext != ".json" else f"_dump_{rank}.json",
+                "one_file": f"only/{f.name}"}[layout]
+        dest = run / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        data = f.read_bytes()
+        if rng.random() < 0.3:
+            data = _fr_mutate(rng, data)
+        dest.write_bytes(data)
+        placed.append(dest)
+    if rng.random() < 0.3 and (src / "stacks").is_dir():
+        shutil.copytree(src / "stacks", run / "stacks", dirs_exist_ok=True)
+    if rng.random() < 0.1 and hasattr(os, "mkfifo"):
+        (run / "errors").mkdir(exist_ok=True)
+        os.mkfifo(run / "errors" / "rank2.json")
+        os.mkfifo(run / "fr_fifo_rank9.pkl")
+    if layout == "one_file" and placed:
+        return rng.choice(placed)
+    return run
+
+
 def _mutate_hang_run(rng: random.Random, run: Path) -> None:
     files = [p for p in sorted(run.rglob("*")) if p.is_file() and p.suffix in (".json", ".txt", ".log", "")]
     for p in rng.sample(files, k=min(len(files), rng.choice([1, 2, 4]))):
@@ -439,6 +579,132 @@ def _mutate_hang_run(rng: random.Random, run: Path) -> None:
         p.write_bytes(data)
 
 
+def _nested(rng: random.Random) -> bytes:
+    depth = rng.choice([1000, 100_000])
+    return b"[" * depth + b"]" * depth if rng.random() < 0.5 else b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def _put(path: Path, data: bytes) -> None:
+    """Write ``data`` as a regular file at ``path``, whatever an earlier mutation left there (a FIFO would
+    block this writer, a folder or a link loop refuse it)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _edit_json(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
+    doc: Any = {}
+    if path.is_file() and not path.is_symlink():
+        try:
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):
+            doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    fn(doc)
+    _put(path, json.dumps(doc, allow_nan=True).encode())
+
+
+def _replace(path: Path, how: str) -> None:
+    """``path`` replaced by a FIFO (a reader that opens it plainly blocks forever), a folder, or a symlink loop."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "folder":
+        path.mkdir()
+        (path / "x.json").write_text("{}")
+    else:
+        path.symlink_to(path)
+
+
+IMPOSSIBLE = [10**12, 1e12, -3, 0, "9" * 5000, True, None, [], {"a": 1}, math.inf, math.nan, 2**70]
+
+
+def _mutate_run_folder(rng: random.Random, run: Path, src: Source) -> int:
+    """1-3 of the ways a run folder is damaged or hostile (on a copy of a collected hang); how many."""
+    doc = copy.deepcopy(src.doc)
+    ways: list[Callable[[], None]] = [
+        lambda: _edit_json(run / "run.json", lambda d: d.update(world_size=rng.choice(IMPOSSIBLE))),
+        lambda: _edit_json(run / "run.json", lambda d: d.update(world={"world_size": rng.choice(IMPOSSIBLE)})),
+        lambda: _edit_json(run / "run.json", lambda d: d.update(ranks=rng.choice(IMPOSSIBLE))),
+        lambda: _put(run / rng.choice(["run.json", "hang.json"]), _nested(rng)),
+        lambda: _put(run / "errors" / "rank1.json", _nested(rng)),
+        lambda: _put(run / "errors" / f"rank{'9' * 30}.json", b"{}"),
+        lambda: _edit_json(run / "hang.json", lambda d: d.update(
+            last_step_per_rank=rng.choice([[5, 4], {"9" * 40: 3}, {"0": "x", "1": None}, "steps", 7]))),
+        lambda: _edit_json(run / "hang.json", lambda d: d.update(
+            unanswered_ranks=rng.choice([{"1": 1}, "1", [10**12], [None, "a"], 3]))),
+        lambda: _edit_json(run / "hang.json", lambda d: d.update(timeout_s=rng.choice([[1], "5 s", {"a": 1}, math.nan]))),
+        lambda: _replace(run / rng.choice(["run.json", "hang.json", "errors/rank2.json"]),
+                         rng.choice(["fifo", "folder", "loop"])),
+        lambda: _put(run / rng.choice(["timeline.json", "traces/timeline.json"]), json.dumps(
+            {"traceEvents": _events(doc)[:50], "displayTimeUnit": "ms",
+             "otherData": {"generator": "traceread 0.1.0", "ranks": [0, 1]}}).encode()),
+        lambda: _put(run / "traces" / "extra.pt.trace.json", json.dumps(
+            {k: v for k, v in doc.items() if k != "distributedInfo"}, allow_nan=True).encode()),
+        lambda: _put(run / "traces" / "rank1.pt.trace.json.gz", gzip.compress(m_lone_surrogate(rng, src))),
+        lambda: _put(run / "ranks" / "rank0.json", _nested(rng)),
+    ]
+    picked = rng.sample(ways, k=rng.choice([1, 1, 2, 3]))
+    for way in picked:
+        way()
+    return len(picked)
+
+
+def _flip_bit(rng: random.Random, path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    if data:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+
+
+def _cache_flip_case(index: int, rng: random.Random, root: Path, cache_runs: list[CacheRun]) -> Case:
+    """One bit flipped in one file of a filled cache, at the layer the report will read first."""
+    cr = cache_runs[index % len(cache_runs)]
+    cache = root / "cache"
+    shutil.copytree(cr.cache, cache)
+    layer = rng.choice(["documents", "summaries", "tables"])
+    if layer != "documents":  # the layer under test must be the one read
+        shutil.rmtree(cache / "documents", ignore_errors=True)
+    if layer == "tables":
+        shutil.rmtree(cache / "summaries", ignore_errors=True)
+    if layer == "tables":
+        files = [p for p in cache.glob("*/*") if p.parent.name not in ("documents", "summaries")]
+    else:
+        files = sorted((cache / layer).glob("*.msgpack"))
+    _flip_bit(rng, rng.choice(sorted(files)))
+    return Case(index, "cache_flip", f"{cr.run.name}:{layer}", ["report", str(cr.run), "-j", "1", "--format", "json"],
+                text_output=False, env={"TRACEREAD_CACHE_DIR": str(cache)}, truth=cr.truth)
+
+
+def answer(doc: dict[str, Any]) -> str:
+    """A report document without its warnings (a damaged cache entry adds one), comparable as text."""
+    return json.dumps({k: v for k, v in doc.items() if k != "warnings"}, sort_keys=True, default=str)
+
+
+def make_cache_runs(folder: Path) -> list[CacheRun]:
+    """Each of :data:`CACHE_RUNS`: its document without the cache and a cache filled by one report."""
+    out = []
+    for run in CACHE_RUNS:
+        if not run.is_dir():
+            continue
+        cache = folder / run.name
+        truth = _run_in_process(["report", str(run), "-j", "1", "--format", "json", "--no-cache"])
+        filled = _run_in_process(["report", str(run), "-j", "1", "--format", "json"], {"TRACEREAD_CACHE_DIR": str(cache)})
+        if truth["code"] != 0 or filled["code"] != 0:
+            raise SystemExit(f"cannot prepare the cache of {run}: {truth['stderr'][-300:]}{filled['stderr'][-300:]}")
+        out.append(CacheRun(run, json.loads(truth["stdout"]), cache))
+    return out
+
+
 def make_bombs(folder: Path, expand_mb: int, big_mb: int = 0) -> dict[str, Path]:
     """Gzips of ``expand_mb`` MB (and ``big_mb`` MB) of zeros named like a trace, and of a trace padded
     with spaces. Both compress ~1000:1."""
@@ -466,14 +732,16 @@ def make_bombs(folder: Path, expand_mb: int, big_mb: int = 0) -> dict[str, Path]
 # ------------------------------------------------------------------------------------------ worker
 
 
-def _run_in_process(argv: list[str]) -> dict[str, Any]:
-    """``traceread ARGV`` through the console entry point, stdout/stderr captured."""
+def _run_in_process(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``traceread ARGV`` through the console entry point, stdout/stderr captured, ``env`` set meanwhile."""
     from traceread.cli import main
 
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     code: Any = 0
     tb = None
     old_argv = sys.argv
+    old_env = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
     sys.argv = ["traceread", *argv]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -485,6 +753,11 @@ def _run_in_process(argv: list[str]) -> dict[str, Any]:
         code = None
     finally:
         sys.argv = old_argv
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     res = {}
     for name, stream in (("stdout", out), ("stderr", err)):
         stream.flush()
@@ -500,10 +773,11 @@ def _worker(conn: Any, cache_dir: str) -> None:
 
     conn.send("ready")
     while True:
-        argv = conn.recv()
-        if argv is None:
+        job = conn.recv()
+        if job is None:
             return
-        conn.send(_run_in_process(argv))
+        argv, env = job
+        conn.send(_run_in_process(argv, env))
 
 
 class Worker:
@@ -541,10 +815,10 @@ class Worker:
             pass
         return 0.0
 
-    def run(self, argv: list[str], timeout: float, kill_rss_mb: float) -> dict[str, Any]:
+    def run(self, argv: list[str], timeout: float, kill_rss_mb: float, env: dict[str, str] | None = None) -> dict[str, Any]:
         if self.proc is None:
             self.start()
-        self.conn.send(argv)
+        self.conn.send((argv, env or {}))
         deadline = time.monotonic() + timeout
         peak = 0.0
         while not self.conn.poll(0.05):
@@ -587,6 +861,13 @@ def classify(case: Case, res: dict[str, Any], max_rss_mb: float) -> list[str]:
         errs = [ln for ln in res["stderr"].splitlines() if ln.strip() and not ln.startswith(("Usage:", "Try "))]
         if len(errs) > 1 and not any(ln.startswith("traceread: error:") for ln in errs[:1]):
             bad.append("multiline_error")
+    if case.truth is not None and res.get("code") == 0:
+        try:
+            same = answer(json.loads(res["stdout"])) == answer(case.truth)
+        except ValueError:
+            same = False
+        if not same:
+            bad.append("silently_wrong")
     return bad
 
 
@@ -594,6 +875,9 @@ def _count(totals: Totals, case: Case, res: dict[str, Any], bad: list[str], dt: 
     totals.cases += 1
     totals.exit_codes[str(res.get("code") if not res.get("killed") else res["killed"])] += 1
     totals.by_kind[case.kind] += 1
+    totals.run_folder_mutations += case.mutations
+    if case.kind == "cache_flip" and "failed its integrity check" in res.get("stdout", ""):
+        totals.cache_flips_detected += 1
     fmt = case.argv[case.argv.index("--format") + 1] if "--format" in case.argv else ""
     totals.by_command[case.argv[0] + ("-" + fmt if case.argv[0] == "report" else "")] += 1
     totals.peak_rss_mb = max(totals.peak_rss_mb, res.get("maxrss_mb", 0.0))
@@ -623,6 +907,8 @@ class Totals:
     failures: list[dict[str, Any]] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     slowest_s: float = 0.0
+    run_folder_mutations: int = 0  # mutations applied over all run_folder cases
+    cache_flips_detected: int = 0  # cache_flip cases whose damaged entry was caught by its checksum
 
 
 def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_events: int = 1000,
@@ -630,8 +916,8 @@ def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_even
              recycle: int = 500, workers: int = 1,
              on_progress: Callable[[Totals, float], None] | None = None,
              only: list[int] | None = None, keep: Path | None = None, progress: bool = False,
-             time_budget_s: float | None = None) -> Totals:
-    """Run ``cases`` cases (or the indices in ``only``) and count violations."""
+             time_budget_s: float | None = None, kinds: tuple[str, ...] = ALL_KINDS) -> Totals:
+    """Run ``cases`` cases (or the indices in ``only``) of ``kinds`` and count violations."""
     sources = load_sources(trace_files(include_shared), max_events)
     if not sources:
         raise SystemExit("no source traces found")
@@ -641,7 +927,6 @@ def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_even
         commands.append("export")
     totals = Totals()
     work = Path(tempfile.mkdtemp(prefix="traceread-fuzz-"))
-    t_start = time.monotonic()
     try:
         pristine = work / "pristine"
         pristine.mkdir()
@@ -650,6 +935,8 @@ def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_even
             s.pristine.parent.mkdir()
             s.pristine.write_bytes(s.text)
         bombs = make_bombs(work / "bombs", bomb_mb, big_bomb_mb)
+        cache_runs = make_cache_runs(work / "cache-runs") if "cache_flip" in kinds else []
+        t_start = time.monotonic()  # the budget is for the cases, not the set-up
         lock = threading.Lock()
         indices = iter(only if only is not None else range(cases))
 
@@ -665,9 +952,9 @@ def run_fuzz(cases: int, seed: int = 0, *, include_shared: bool = True, max_even
                     if root.exists():
                         shutil.rmtree(root)
                     root.mkdir(parents=True)
-                    case = build_case(index, seed, sources, root, bombs, commands)
+                    case = build_case(index, seed, sources, root, bombs, commands, kinds, cache_runs)
                     t0 = time.monotonic()
-                    res = worker.run(case.argv, timeout, kill_rss_mb=max(2 * max_rss_mb, 3000.0))
+                    res = worker.run(case.argv, timeout, kill_rss_mb=max(2 * max_rss_mb, 3000.0), env=case.env)
                     dt = time.monotonic() - t0
                     bad = classify(case, res, max_rss_mb)
                     with lock:
@@ -709,7 +996,12 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="with --replay: leave the case files here")
     ap.add_argument("--json", type=Path, help="write the counts here")
     ap.add_argument("--workers", type=int, default=1, help="worker processes running cases at once")
+    ap.add_argument("--kinds", help=f"comma-separated kinds to run (default all: {', '.join(ALL_KINDS)})")
     args = ap.parse_args()
+    kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ALL_KINDS
+    unknown = set(kinds) - set(ALL_KINDS)
+    if unknown:
+        ap.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
     t0 = time.monotonic()
 
     def write(totals: Totals, wall: float) -> dict[str, Any]:
@@ -717,7 +1009,11 @@ def main() -> None:
             "cases": totals.cases, "wall_s": round(wall, 1), "seed": args.seed, "workers": args.workers,
             "max_events": args.max_events,
             "violations": {k: totals.violations.get(k, 0) for k in
-                           ("traceback", "hang", "bad_exit", "memory", "unsafe", "multiline_error")},
+                           ("traceback", "hang", "bad_exit", "memory", "unsafe", "multiline_error", "silently_wrong")},
+            "run_folder_cases": totals.by_kind.get("run_folder", 0),
+            "run_folder_mutations": totals.run_folder_mutations,
+            "cache_flips": totals.by_kind.get("cache_flip", 0),
+            "cache_flips_detected": totals.cache_flips_detected,
             "exit_codes": dict(totals.exit_codes), "by_kind": dict(totals.by_kind),
             "by_command": dict(totals.by_command), "peak_rss_mb": round(totals.peak_rss_mb),
             "slowest_case_s": round(totals.slowest_s, 2), "failures": totals.failures[:50],
@@ -729,7 +1025,7 @@ def main() -> None:
     totals = run_fuzz(args.cases, args.seed, include_shared=not args.no_shared, max_events=args.max_events,
                       timeout=args.timeout, max_rss_mb=args.max_rss_mb, bomb_mb=args.bomb_mb,
                       big_bomb_mb=args.big_bomb_mb, workers=args.workers, on_progress=write,
-                      only=args.replay, keep=args.keep, progress=True)
+                      only=args.replay, keep=args.keep, progress=True, kinds=kinds)
     summary = write(totals, time.monotonic() - t0)
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}, indent=1))
     for f in totals.failures[:10]:

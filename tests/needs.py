@@ -7,13 +7,14 @@ purpose with its mark instead: ``-m "not browser"`` (deselected, and the summary
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 from types import ModuleType
 
 import pytest
 
 #: The pip extra of pyproject.toml that installs a top-level package the tests import (else ``test``).
-EXTRA = {"torch": "collect", "ray": "ray", "s3fs": "remote"}
+EXTRA = {"torch": "collect", "ray": "ray", "s3fs": "remote", "fsspec": "remote", "aiohttp": "remote"}
 
 
 def module(name: str) -> ModuleType:
@@ -24,6 +25,14 @@ def module(name: str) -> ModuleType:
         why = str(exc)  # failed outside the handler: one line, no chained traceback
     extra = EXTRA.get(name.split(".")[0], "test")
     pytest.fail(f"{name} is not installed ({why}); `make test` installs it: pip install -e '.[{extra}]'", pytrace=False)
+
+
+def root(why: str) -> None:
+    """Fault-injection tests that mount file systems: root is required (CI runs ``make test`` as root);
+    as another user the test fails with one line (``-m "not root"`` leaves them out on purpose)."""
+    if os.geteuid() != 0:
+        pytest.fail(f"needs root to {why}; run as root (CI does) or leave these tests out with -m 'not root'",
+                    pytrace=False)
 
 
 def chromium() -> str:

@@ -78,10 +78,11 @@ def test_tp_group_across_nodes_finding(tmp_path: Path) -> None:
     tp = [g for g in report["layout"]["groups"] if g["role"] == "tp"]  # type: ignore[index]
     assert len(tp) == 2 and all(len(g["nodes"]) == 2 for g in tp)
     (f,) = tp_across_nodes(report)
-    led = report["ledger"]  # type: ignore[index]
-    share = sum(p["us"] for p in led["parts"]  # the critical rank's own TP transfer
-                if p["category"] == "comm_transfer" and p["role"] == "tp" and p["rank"] == led["critical_rank"])
+    w = report["ledger"]["window"]  # type: ignore[index]
+    share = sum(p["us"] for p in w["parts"]  # the TP transfer on the critical path of every step
+                if p["category"] == "comm_transfer" and p["role"] == "tp") / w["steps"]
     assert share > 0 and f["impact_us_per_step"] == pytest.approx(share)
+    assert next(x for x in report["findings"] if x["id"] == "tp_across_nodes")["impact_us_per_step"] == pytest.approx(share)
     assert f["title"].startswith("Tensor-parallel group spans 2 nodes")
     busbw = min(c["busbw_gbps"] for c in report["collectives"] if "mesh_tp" in str(c["pg"]))
     assert f["predicted_saving_us"] == pytest.approx(share * (1 - busbw / 450.0))  # H100 NVLink4 per direction

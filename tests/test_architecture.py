@@ -1,6 +1,6 @@
 """The import contract: folders are the stages, and imports run one way through them.
 
-    read → engine → analysis → build → compare → render / export → commands → cli
+    read → engine → analysis → build → compare → render / export → commands / api → cli
 
 Below them all sit the leaves (``errors``, ``model``, ``intervals``, ``options``, ``report_schema``,
 ``textsafe``, ``fmt``, ``devices``): vocabulary every stage may use, importing nothing above it. ``collect`` and
@@ -21,7 +21,7 @@ PKG = Path(__file__).resolve().parents[1] / "traceread"
 LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt", "devices")
 #: stage -> its rank on the path; a module may import its own stage, a lower one, or a leaf.
 STAGES = {"read": 1, "engine": 2, "analysis": 3, "build": 4, "compare": 5, "render": 6, "export": 6,
-          "commands": 7, "cli": 8}
+          "commands": 7, "api": 7, "cli": 8}
 #: beside the path: these import only the leaves, ``read`` and themselves.
 BESIDE = {"collect": ("read",), "simulate": ("read",)}
 

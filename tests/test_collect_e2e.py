@@ -163,3 +163,47 @@ def test_export_failure_leaves_training_untouched(tmp_path: Path) -> None:
         assert "FAILED trace export" in (run / "inject" / f"rank{r}.log").read_text()
         info = json.loads((run / "ranks" / f"rank{r}.json").read_text())
         assert info["steps"] == 6 and info["inject_errors"]
+
+
+def test_a_job_that_ends_inside_the_window_keeps_its_steps(tmp_path: Path) -> None:
+    """--wait 1 --warmup 1 --active 10 on a 6-step job: the profiler records from optimizer step 4,
+    so profiler steps 2-4 are complete when the job ends; they are kept (marked partial), step 5 —
+    cut short by the exit — is renamed so no reader takes it for a step, and the report says so."""
+    from traceread.build.report import ReportOptions, build_report
+
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "6"], ["--active", "10"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((run / "run.json").read_text())
+    for r in (0, 1):
+        info = doc["ranks"][str(r)]
+        assert info["profiler_steps"] == [2, 3, 4]
+        assert info["partial"] == {"recorded": 3, "active": 10, "unfinished_step": 5}
+        trace = load_trace(run / "traces" / f"rank{r}.pt.trace.json.gz")
+        names = {e.get("name", "") for e in trace["traceEvents"]}
+        assert sorted(n for n in names if n.startswith("ProfilerStep#")) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+        assert "traceread: step 5 cut short by the exit" in names
+    summary = [ln for ln in res.stderr.splitlines() if ln.startswith("[traceread]")][-4:]
+    assert summary[0].startswith("[traceread] done in") and "exit code 0" in summary[0]
+    assert "traces:  2 file(s) from 2 rank(s), steps 2-4" in summary[1]
+    assert "partial: the job ended after recording 3 of the --active 10 steps on 2 rank(s)" in summary[2]
+    assert summary[3].endswith(f"next:    traceread report {run.resolve()}")
+    rep = build_report([run], ReportOptions(workers=1, use_cache=False))
+    assert all([s["step"] for s in r["steps"]] == [2, 3, 4] for r in rep["ranks"])
+    assert any(w.startswith("partial window: the job ended after 3 of the --active 10") for w in rep["warnings"])
+
+
+def test_a_run_without_a_trace_is_exit_3_in_one_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = collect(run, ["--steps", "3"], ["--wait", "5"])  # the profiler would record from optimizer step 8
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not list((run / "traces").glob("*.json*"))
+    assert "traces:  none — no trace: the job ran 3 optimizer step(s) and the profiler records from step 8 on" in res.stderr
+    assert "next:    traceread collect -o " in res.stderr and "--active 1 -- " in res.stderr
+    rep = subprocess.run([sys.executable, "-m", "traceread", "report", str(run)], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 3 and rep.stdout == ""
+    lines = rep.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == (
+        f"traceread: error: {run.resolve()}: no trace: the job ran 3 optimizer step(s), and the profiler records from "
+        "step 8 on (--wait 5 --warmup 1); collect again with e.g. --wait 0 --warmup 1 --active 1")
+    assert not (run / "traceread-report.html").exists()

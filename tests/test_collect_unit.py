@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import needs
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -108,7 +110,10 @@ def test_bootstrap_chains_existing_sitecustomize_and_acts_only_in_ranks(tmp_path
     assert out.stdout.split()[0] == "yes" and out.stdout.split()[2].isdigit()
     info = read_json(run / "ranks" / "rank3.json")
     assert info and info["rank"] == 3 and info["local_rank"] == 1 and info["world_size"] == 4
-    assert info["signals"] == {"stacks": "SIGUSR1", "dump": "SIGUSR2"}
+    # the job's signals are left alone: the C-level fallback takes a free real-time signal, and a dump
+    # is asked for through a FIFO
+    assert info["signals"] == {"stacks": "SIGRTMAX"} and info["stack_signal"] == signal.SIGRTMAX
+    assert Path(info["dump_trigger"]).name == "rank3.fifo" and not os.path.exists(info["dump_trigger"])
     assert read_progress(run / "progress" / "rank3")[0] == 0
     assert any(c["label"] == "exit" for c in info["clock"])
 
@@ -134,7 +139,7 @@ def test_bootstrap_install_failure_is_logged_and_harmless(tmp_path: Path) -> Non
     assert "FAILED install" in log and "TRACEREAD_INJECT_FAIL" in log
 
 
-def test_bootstrap_sigusr2_dump_while_main_thread_blocked(tmp_path: Path) -> None:
+def test_bootstrap_dump_while_main_thread_blocked(tmp_path: Path) -> None:
     """The dump thread answers while the main thread sits in a blocking call (no torch needed)."""
     run = tmp_path / "run"
     env, _ = collect_env(run, {}, {}, 999999)
@@ -146,7 +151,7 @@ def test_bootstrap_sigusr2_dump_while_main_thread_blocked(tmp_path: Path) -> Non
     try:
         dog = Watchdog(run, grace_s=10)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not dog.local_ranks().get(0, {}).get("signals", {}).get("dump"):
+        while time.monotonic() < deadline and not dog.local_ranks().get(0, {}).get("dump_trigger"):
             time.sleep(0.05)  # the rank file is rewritten once its handlers are in place
         dump = dog.dump_all("test")
         assert dump["answered_ranks"] == [0]
@@ -156,6 +161,39 @@ def test_bootstrap_sigusr2_dump_while_main_thread_blocked(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+        trigger = (read_json(run / "ranks" / "rank0.json") or {}).get("dump_trigger")
+        if trigger and Path(trigger).parent.name.startswith("traceread-dump-"):
+            shutil.rmtree(Path(trigger).parent)  # SIGKILL: no atexit (the launcher removes it in a real run)
+
+
+def test_gil_held_rank_gets_c_level_stacks_on_a_free_realtime_signal(tmp_path: Path) -> None:
+    """A rank stuck in C code holding the GIL cannot run the dump thread: the fallback is faulthandler
+    on the real-time signal the rank registered (never SIGUSR1/SIGUSR2, which belong to the job)."""
+    run = tmp_path / "run"
+    env, _ = collect_env(run, {}, {}, 999999)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
+    child_env.update({k: env[k] for k in ("PYTHONPATH", "TRACEREAD_RUN_DIR", "TRACEREAD_CONFIG")} | {"RANK": "0"})
+    script = tmp_path / "gil.py"
+    script.write_text("def holding_the_gil():\n    print('ready', flush=True)\n    sum(range(10**13))\n\n"
+                      "holding_the_gil()\n")
+    proc = subprocess.Popen([PY, str(script)], env=child_env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        busy = psutil.Process(proc.pid)
+        start = busy.cpu_times().user
+        deadline = time.monotonic() + 30
+        while busy.cpu_times().user < start + 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # spinning inside sum(): the GIL is held from here on
+        dump = Watchdog(run, grace_s=1.0).dump_all("test")
+        assert dump["asked_ranks"] == [0] and dump["answered_ranks"] == [] and dump["stack_fallback_ranks"] == [0]
+        assert 'gil.py", line 3 in holding_the_gil' in (run / "stacks" / "rank0.txt").read_text()
+        assert proc.poll() is None  # the signal dumped stacks; it did not end the job
+    finally:
+        proc.kill()
+        proc.wait()
+        trigger = (read_json(run / "ranks" / "rank0.json") or {}).get("dump_trigger")
+        if trigger and Path(trigger).parent.name.startswith("traceread-dump-"):
+            shutil.rmtree(Path(trigger).parent)
 
 
 # ------------------------------------------------------------------------------------------- watchdog
@@ -384,7 +422,7 @@ def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not (run / "inject" / "rank0.ack").exists():
             time.sleep(0.05)
-        assert read_json(run / "inject" / "rank0.ack")["reason"] == "signal"
+        assert read_json(run / "inject" / "rank0.ack")["reason"] == "request"
         assert 'job.py", line 5 in busy_waiting' in (run / "stacks" / "rank0.txt").read_text()
         assert proc.poll() is None  # dump only: the job keeps running
         proc.send_signal(signal.SIGTERM)

@@ -87,6 +87,7 @@ def test_poisoned_cache_runs_nothing_and_is_recomputed(run: Path, tmp_path: Path
             assert r.returncode == 0, f"{name}: {r.stderr}"
             assert not marker.exists(), f"{name}: a cache file ran code"
         again = json.loads((tmp_path / "again.json").read_text())
+        again["warnings"] = [w for w in again["warnings"] if not w.startswith("cache: ")]  # damaged entries, said
         assert differences(expected, again) == [], name
         written = sorted(p for p in cache.rglob("*") if p.is_file() and p.parent.name != "templates")
 

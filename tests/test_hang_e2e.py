@@ -55,3 +55,17 @@ def test_collector_sample_run() -> None:
     healthy = REPO / "sample_traces" / "cpu_ddp_gloo"
     if healthy.is_dir():
         assert CliRunner().invoke(cli, ["hang", str(healthy)]).exit_code == 3
+
+
+@pytest.mark.slow
+def test_live_multigroup_job_matches_its_truth(tmp_path: Path) -> None:
+    """tests/jobs/make_fr_fixtures.py end to end: a fresh 8-process TP2 x PP2 x DP2 torchrun/gloo job that skips a
+    collective, its dumps taken on timeout, diagnosed against the truth the job wrote."""
+    subprocess.run([sys.executable, str(REPO / "tests" / "jobs" / "make_fr_fixtures.py"), "--only", "skip", "--out",
+                    str(tmp_path)], check=True, timeout=300, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder = tmp_path / "groups_skip"
+    truth = json.loads((folder / "truth.json").read_text())
+    e = diagnose(folder, workers=1).entry
+    assert [(c["rank"], c["why"]) for c in e["culprits"]] == [(6, "out_of_order")]
+    listed = {(g["pg"], g["seq"]): g["waiting"] for g in e["groups"]}
+    assert all(listed[(s["pg"], s["seq"])] == s["waiting"] for s in truth["stuck"])

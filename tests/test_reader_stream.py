@@ -115,3 +115,22 @@ def test_streamed_errors_name_the_event_and_the_byte(tmp_path: Path) -> None:
         parse.parse_file(p)
     assert "invalid JSON" in str(info.value)
     assert abs(int(str(info.value).split("(byte ")[1].rstrip(")")) - at) < 4
+
+
+def test_lone_surrogate_in_one_name_keeps_the_rank_readable(tmp_path: Path) -> None:
+    """Python's own json writes (and reads) a lone surrogate escape; msgspec refused the whole file.
+    The name reads with U+FFFD in its place, a real pair keeps its character, an escaped backslash
+    before ``ud800`` stays text; whole and streamed reads agree."""
+    src = Path(__file__).resolve().parents[1] / "sample_traces" / "cpu_ddp_gloo" / "traces" / "rank0.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    ops[0]["name"] = "aten::odd\ud800name"
+    ops[1]["name"] = "aten::emoji\U0001f600"
+    ops[2]["name"] = "aten::text\\ud800"
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(doc))  # ensure_ascii: \ud800, \ud83d\ude00 and \\ud800 in the file
+    assert "\\ud800name" in path.read_text()
+    whole, streamed = _both(path, batch=3000, chunk=1001)
+    _assert_same(whole, streamed)
+    names = set(whole.host["name"].to_list())
+    assert {"aten::odd\ufffdname", "aten::emoji\U0001f600", "aten::text\\ud800"} <= names

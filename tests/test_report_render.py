@@ -74,28 +74,35 @@ def test_nan_becomes_null() -> None:
 
 
 def test_findings_impacts_match_hand_computation(doc: dict) -> None:
+    """The fixture has no step ledger: its window comes from the ranks' per-step breakdowns (every rank
+    has the same steps, so rank 0 is critical in each), and every finding is a share of it, each µs once."""
     f = by_id(doc)
-    step = (5 * 100_000.0 + 140_000.0) / N_STEPS  # every rank's mean step
+    window = 5 * 100_000.0 + 140_000.0  # six steps, step 14 slow by 40 ms
     assert doc["findings"][0]["id"] == "hang"  # a hang always leads
     assert f["hang"]["impact_pct"] == 100.0
+    # rank 3 is late by 8 ms per step: rank 0's exposed communication above rank 3's own (12 - 4 ms)
     assert f["straggler"]["impact_us_per_step"] == pytest.approx(8_000.0)
-    assert f["straggler"]["rank"] == 3
-    # median over ranks of exposed comm per step: ranks 0-2 have 12 ms, rank 3 4 ms; 8 ms of it is
-    # waiting for straggler rank 3 (its finding counts that), leaving rank 3's own 4 ms
-    assert f["exposed_comm"]["impact_us_per_step"] == pytest.approx(12_000.0 - 8_000.0)
-    assert f["exposed_comm"]["collective"] == "allreduce"
-    assert f["pipeline_bubble"]["impact_us_per_step"] == pytest.approx(0.30 * step)
-    # host-bound idle = 60 % of idle: (5*10 ms + 50 ms) / 6 steps * 0.6
-    assert f["host_bound"]["impact_us_per_step"] == pytest.approx(0.6 * 100_000.0 / 6)
-    assert f["slow_steps"]["impact_us_per_step"] == pytest.approx(40_000.0 / 6)
-    assert f["memory_bound"]["impact_us_per_step"] == pytest.approx((48_000.0 + 6_000.0) / 6)
-    # SM time lost per step per rank: (7200 + 45000) / 4 ranks / 6 steps
-    assert f["low_sm_efficiency"]["impact_us_per_step"] == pytest.approx((7_200 + 45_000) / 4 / 6)
-    # network allgather at 15 of 50 GB/s: 70 % of 24 x 400 us over 6 steps
+    assert f["straggler"]["rank"] == 3 and f["straggler"]["predicted_saving_us"] == pytest.approx(8_000.0)
+    # step 14's excess over the median step (40 ms), once: out of its host-bound and other idle
+    assert f["slow_steps"]["impact_us_per_step"] == pytest.approx(40_000.0 / N_STEPS)
+    assert f["slow_steps"]["steps"] == [14]
+    # network allgather at 15 of 50 GB/s: 70 % of 24 x 400 us over 6 steps, out of the transfer
     assert f["nccl_transport_fallback"]["impact_us_per_step"] == pytest.approx(0.7 * 400 * 24 / 6)
+    # exposed communication keeps what the straggler and the NCCL transport did not explain
+    assert f["exposed_comm"]["impact_us_per_step"] == pytest.approx(12_000.0 - 8_000.0 - 0.7 * 400 * 24 / 6)
+    assert f["exposed_comm"]["role"] == "dp"
+    # host-bound idle = 60 % of idle, without step 14's stall (that is the slow step's): 6 x 6 ms
+    assert f["host_bound"]["impact_us_per_step"] == pytest.approx(6_000.0)
+    # SM time lost per step per rank: (7200 + 45000) / 4 ranks / 6 steps, out of the compute
+    assert f["low_sm_efficiency"]["impact_us_per_step"] == pytest.approx((7_200 + 45_000) / 4 / 6)
+    # the roofline's memory-bound operators: (48 + 6 ms) over 6 steps, out of the compute
+    assert f["memory_bound"]["impact_us_per_step"] == pytest.approx((48_000.0 + 6_000.0) / 6)
     for x in doc["findings"]:
-        assert x["impact_pct"] == pytest.approx(100.0 * x["impact_us_per_step"] / step) or x["id"] == "hang"
+        if x["id"] != "hang":
+            assert x["impact_us_total"] == pytest.approx(x["impact_us_per_step"] * N_STEPS)
+            assert x["impact_pct"] == pytest.approx(100.0 * x["impact_us_total"] / window)
         assert x["explanation"] and x["suggestions"]
+    assert sum(x["impact_us_total"] for x in doc["findings"][1:]) <= window
     rest = [x["impact_us_per_step"] for x in doc["findings"][1:]]
     assert rest == sorted(rest, reverse=True)
 
@@ -219,19 +226,28 @@ def test_every_section_is_present_with_data(doc: dict) -> None:
     assert "2(N−1)/N" in page
 
 
-def test_sections_without_data_say_so() -> None:
+def test_sections_without_data_are_left_out() -> None:
+    """No "No data" boxes: a section with nothing to show is not on the page; one line at the end
+    names each (but the hang: most runs have none) with the reason."""
     d = full_report()
     for key in ("collectives", "stragglers", "slow_steps", "kernels"):
         d[key] = []
     for key in ("pipeline", "hang", "roofline", "straggler_heatmap", "nccl"):
         d[key] = None
     d["ranks"] = d["ranks"][:1]
+    d["warnings"] = []
     d["findings"] = findings.build_findings(d)
     json_report.assert_valid(d)
     page = html.render_html(d)
-    for key in ("heatmap", "collectives", "roofline", "pipeline", "kernels", "nccl", "hang"):
-        assert f'data-nodata="{key}"' in page, key
-    assert 'id="chart-breakdown"' in page
+    for key in ("stragglers", "collectives", "roofline", "pipeline", "kernels", "nccl", "hang", "warnings"):
+        assert f'<section id="{key}">' not in page, key
+    assert "data-nodata" not in page and "No data" not in page and "None." not in page
+    left = re.search(r'<p class="leftout" id="left-out">(.*?)</p>', page, re.S)
+    assert left is not None
+    for key in ("stragglers", "collectives", "roofline", "pipeline", "kernels", "nccl"):
+        assert f'data-left-out="{key}"' in left.group(1), key
+    assert 'data-left-out="hang"' not in page and 'data-left-out="warnings"' not in page
+    assert 'id="chart-breakdown"' in page and '<section id="breakdown">' in page
 
 
 def test_big_job_page_stays_small() -> None:
@@ -248,3 +264,25 @@ def test_big_job_page_stays_small() -> None:
     lanes = {y for trace in fig["data"] for y in trace["y"]}
     assert len(lanes) <= charts.MAX_LANES
     assert "255 more" not in page and "256 faster ranks not listed" in page
+
+
+def test_charts_read_as_words_and_never_crowd() -> None:
+    """Legend labels are words, legends sit right of the plot (never in the title row, where the
+    hover-only mode bar is), log axes write powers of ten, and the critical path is markers."""
+    d = with_ledger(full_report())
+    d["findings"] = findings.build_findings(d)
+    figs = {k: f for k, (f, _) in charts.all_figures(d).items() if f is not None}
+    names = {t.get("name") for f in figs.values() for t in f["data"]}
+    assert not {"idle_other", "comm_wait", "compute_bound", "fwd", "bwd", "p2p"} & names
+    assert {"other idle", "comm wait", "compute-bound"} <= names
+    for key, f in figs.items():
+        legend = f["layout"].get("legend") or {}
+        assert legend.get("x", 0) >= 1.0 and legend.get("yanchor") == "top", key  # right of the plot, top-aligned
+        assert f["layout"]["title"]["yref"] == "container", key
+    roof = figs["roofline"]["layout"]
+    assert roof["xaxis"]["exponentformat"] == roof["yaxis"]["exponentformat"] == "power"
+    crit = [t for t in figs["timeline"]["data"] if t.get("legendgroup") == "critical"]
+    assert crit and all(t["mode"] == "markers" for t in crit) and all(None not in t["x"] for t in crit)
+    page = html.render_html(d)
+    assert "displayModeBar: \"hover\"" in page
+    assert "td.name { max-width" in page and "white-space: nowrap" in page

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from traceread.commands.simulate import simulate
@@ -64,7 +66,17 @@ def test_cli_new_scenarios_take_their_defaults_and_options(tmp_path: Path) -> No
     assert res.exit_code == 0, res.output
     truth = json.loads((tmp_path / "hb" / "truth.json").read_text())
     assert truth["knobs"]["loader_us"] == 6000.0 and truth["world_size"] == 4  # the scenario's defaults
-    assert "job ledger, step" in res.output and "host_bound rank" in res.output
+    assert "job ledger of step" in res.output and "host_bound rank" in res.output
+    # every number of the rank line is per step (means over rank 0's steps) and the parts add up to the step
+    from statistics import fmean
+
+    r0 = truth["ranks"]["0"]
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("rank 0, mean per step:"))
+    nums = [float(x) / (1000.0 if unit == "µs" else 1.0)
+            for x, unit in re.findall(r"([0-9.]+) (ms|µs)", line.split(";")[0])]
+    assert nums[0] == pytest.approx(fmean(s["duration_us"] for s in r0["steps"]) / 1000.0, abs=0.006)
+    assert sum(nums[1:]) == pytest.approx(nums[0], abs=0.02)
+    assert nums[-1] == pytest.approx(fmean(s["idle_us"] for s in r0["steps"]) / 1000.0, abs=0.006)
     res = r.invoke(simulate, ["3d", "-o", str(tmp_path / "3d"), "--ranks", "8", "--tp", "2", "--pp", "2",
                               "--gpus-per-node", "3", "--microbatches", "2", *SMALL])
     assert res.exit_code == 0, res.output

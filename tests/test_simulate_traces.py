@@ -38,8 +38,10 @@ def test_every_scenario_writes_one_trace_per_rank(tmp_path: Path) -> None:
             kn["slow_steps"] = [(11, "gc", 5000.0)]
         if name == "3d":
             kn.update(tp=1, pp=2, layers=2)
-        if name == "custom_allreduce":
+        if name in ("custom_allreduce", "tp_sp"):
             kn["tp"] = 2
+        if name == "cp":
+            kn["cp"] = 2
         truth = simulate(name, out, ranks=2, **kn)
         files = sorted(p.name for p in out.glob("rank*.pt.trace.json.gz"))
         assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]

@@ -7,6 +7,7 @@ never imports the collect side (which needs torch).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -25,7 +26,12 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),
     "export": ("traceread.commands.export", "export",
                "Merge every rank into one Perfetto timeline on one clock, findings marked."),
+    "cache": ("traceread.commands.cache", "cache", "Show or clear the parse/summary/document cache (size-bounded)."),
 }
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away (``traceread report | head``): not an error of ours."""
 
 
 class LazyGroup(click.Group):
@@ -40,6 +46,13 @@ class LazyGroup(click.Group):
         module_name, attr, _ = SUBCOMMANDS[cmd_name]
         module = importlib.import_module(module_name)
         return getattr(module, attr)
+
+    def invoke(self, ctx: click.Context) -> object:
+        # click turns EPIPE into exit code 1; a closed pipe is the reader's choice, so it is ours to end quietly
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise PipeClosed() from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_text) for name, (_, _, help_text) in SUBCOMMANDS.items()]
@@ -59,7 +72,25 @@ def cli() -> None:
       traceread collect -o runs/exp1 -- torchrun --nproc-per-node 8 train.py
       traceread hang runs/exp1
       traceread export runs/exp1 -o exp1.json.gz     # one timeline for ui.perfetto.dev
+      traceread cache info
+
+    \b
+    Every command: -o - writes to stdout; -q/--quiet, -v/--verbose, --no-color; exit codes
+    0 done, 2 bad input (a path that does not exist, an output that cannot be written),
+    3 nothing to analyse.
+    Python: import traceread; traceread.analyze("runs/exp1")  (docs/api.md)
     """
+
+
+def _stdout_gone() -> None:
+    """stdout's reader closed the pipe: point stdout at /dev/null so the interpreter's last flush
+    cannot fail again, and end with 0 (``traceread report | head`` is a success)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
 
 
 def main() -> None:
@@ -69,6 +100,9 @@ def main() -> None:
     quiet_allocator()  # before polars loads (engine.memory does not import it)
     try:
         code = cli.main(standalone_mode=False)
+        sys.stdout.flush()
+    except (PipeClosed, BrokenPipeError):
+        _stdout_gone()
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -76,14 +110,12 @@ def main() -> None:
         # may quote a file name; click declares ``message`` Final, yet show() prints exactly it
         exc.message = clean_lines(exc.message)  # type: ignore[misc]
         exc.show()
-        sys.exit(exc.exit_code)
+        sys.exit(EXIT_BAD_INPUT if exc.exit_code == 1 else exc.exit_code)
     except TraceReadError as exc:
         click.echo(error_line(str(exc)), err=True)
         sys.exit(EXIT_BAD_INPUT)
     except SystemExit:
         raise
-    except BrokenPipeError:
-        sys.exit(0)
     sys.exit(code if isinstance(code, int) else 0)
 
 

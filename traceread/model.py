@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 #: Bumped whenever a column or its meaning changes; part of the parse-cache key.
-READER_VERSION = "1"
+READER_VERSION = "2"  # 2: an event touching the end of the open one is its sibling (read.nesting.TOUCH_US)
 
 # Columns copied from ``record_param_comms`` onto NCCL kernels (torch >= 2.1) and present on the
 # ``record_param_comms`` cpu_op itself. Trace arg name -> column name.
@@ -140,6 +140,21 @@ def as_float(value: object) -> float:
     return float(value)
 
 
+#: ``[memory]`` instant events (``profile_memory=True``), one row per allocation or free, sorted by ``ts``
+#: (file order on ties). A small side table: only traces recorded with memory profiling have rows.
+MEMORY_SCHEMA: dict[str, PolarsDataType] = {
+    "ts": pl.Float64,  # host clock, when the allocator call returned
+    "pid": pl.Int64,
+    "tid": pl.Int64,  # the host thread that allocated or freed
+    "device_type": pl.Int64,  # c10::DeviceType: 0 CPU, 1 CUDA, 6 HIP (ROCm), ...
+    "device_id": pl.Int64,  # device index (-1 for the CPU)
+    "bytes": pl.Int64,  # > 0 allocation, < 0 free
+    "total_allocated": pl.Int64,  # bytes allocated on the device after this event (null in 2021 traces)
+    "total_reserved": pl.Int64,  # bytes the caching allocator holds from the device after it (0 on the CPU)
+    "addr": pl.Int64,  # the block's address: an allocation and its free share it
+}
+
+
 def empty_frame(schema: dict[str, PolarsDataType]) -> pl.DataFrame:
     """An empty table with the given columns, so analyses never special-case missing tables."""
     return pl.DataFrame(schema=schema)
@@ -179,6 +194,7 @@ class RankTrace:
     host: pl.DataFrame  # HOST_SCHEMA
     steps: pl.DataFrame  # STEP_SCHEMA
     flows: pl.DataFrame  # FLOW_SCHEMA
+    memory: pl.DataFrame = field(default_factory=lambda: empty_frame(MEMORY_SCHEMA))  # MEMORY_SCHEMA
 
 
 @dataclass

@@ -36,6 +36,11 @@ class ReportOptions:
     seq_len: int | None = None
     d_model: int | None = None
     device_spec: Path | None = None  # user file with device peaks (--device-spec)
+    zero_stage: int | None = None  # memory model: ZeRO stage (None: 3 with an FSDP group, else 0)
+    param_dtype: str = "bf16"  # memory model: dtype of weights and gradients
+    optimizer: str = "adamw"  # memory model: optimizer whose state is kept (adamw, adam, sgd-momentum, sgd)
+    master_weights: bool = False  # memory model: an fp32 master copy of the weights in the optimizer state
+    snapshots: list[Path] = field(default_factory=list)  # memory snapshots named with --snapshot
     cycle: str | None = None  # profiling cycle to analyse: None/latest, N, RUN:N (reader.cycles)
     top_kernels: int = TOP_KERNELS
     executor: str = "local"  # "local" | "ray"
@@ -47,4 +52,6 @@ class ReportOptions:
         """The fields that change the document (the device-spec file enters by content elsewhere)."""
         return {"params": self.params, "tokens_per_step": self.tokens_per_step, "n_layers": self.n_layers,
                 "seq_len": self.seq_len, "d_model": self.d_model, "top_kernels": self.top_kernels, "cycle": self.cycle,
-                "device_spec": str(self.device_spec) if self.device_spec else None}
+                "device_spec": str(self.device_spec) if self.device_spec else None, "zero_stage": self.zero_stage,
+                "param_dtype": self.param_dtype, "optimizer": self.optimizer, "master_weights": self.master_weights,
+                "snapshots": [str(p) for p in self.snapshots]}

@@ -2,7 +2,8 @@
 
 --steps N, --step-sleep S (seconds per step, so a signal can land mid-run), --kill-rank R --kill-step K
 (that rank SIGKILLs itself in the middle of step K, after backward and before its all_reduce),
---exit-code C (every rank calls sys.exit(C) after the last step).
+--exit-code C (every rank calls sys.exit(C) after the last step), --print-kb K (rank 0 prints K KiB of
+numbered lines after step 1, to fill a small disk with the collector's copy of the output).
 """
 
 import argparse
@@ -24,6 +25,7 @@ def main() -> None:
     ap.add_argument("--kill-rank", type=int, default=-1)
     ap.add_argument("--kill-step", type=int, default=-1)
     ap.add_argument("--exit-code", type=int, default=0)
+    ap.add_argument("--print-kb", type=int, default=0)
     args = ap.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -37,6 +39,9 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if rank == 0 and step == 1 and args.print_kb:
+            for i in range(args.print_kb * 16):
+                print(f"chatter {i:08d} " + "x" * 46, flush=True)  # 64 bytes a line
         if rank == args.kill_rank and step == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
         logged = loss.detach().clone()

@@ -325,9 +325,99 @@ def with_overrides(spec: DeviceSpec, **changes: Any) -> DeviceSpec:
     return replace(spec, **changes)
 
 
+# ------------------------------------------------------------------------------------------------
+# the link a transfer used
+
+
+@dataclass(frozen=True)
+class LinkChoice:
+    """The link one group's transfers crossed and its per-direction peak (busbw is compared with it).
+
+    ``kind``: ``nvlink`` (NVLink / NVSwitch inside a node), ``xgmi`` (AMD Infinity Fabric), ``pcie``
+    (GPUs without a GPU-to-GPU link), ``network`` (the NIC, across nodes), ``host`` (gloo: CPU memory
+    and TCP, no GPU link at all); None when unknown. ``source`` says what decided it."""
+
+    kind: str | None
+    key: str | None
+    peak_gbps: float | None
+    name: str
+    source: str
+
+
+def _link_kind(key: str) -> str:
+    if key.startswith("nvlink"):
+        return "nvlink"
+    if key.startswith("pcie"):
+        return "pcie"
+    return "xgmi" if key.startswith(("xgmi", "infinity")) else "network"
+
+
+def intra_node_choice(device_name: str | None, num_sms: int | None = None) -> LinkChoice:
+    """The GPU-to-GPU link inside one node, from the device table (``DeviceSpec.link``)."""
+    spec = lookup_device(device_name, num_sms).spec if device_name else None
+    key = getattr(spec, "link", None)
+    if not key or key not in LINKS:
+        return LinkChoice(None, None, None, "unknown intra-node link", f"device {device_name or '?'} not in the table")
+    return LinkChoice(_link_kind(key), key, LINKS[key].per_direction_bytes_per_s / G, LINKS[key].name,
+                      f"{spec.variant if spec else device_name}: {LINKS[key].note}")
+
+
+def network_choice(device_name: str | None, nccl: dict[str, Any] | None = None) -> LinkChoice:
+    """The NIC the group's inter-node transfers used: what the NCCL log says (``Using network``,
+    ``NET/IB`` devices, the OFI provider), else the usual NIC of the GPU generation (one per GPU)."""
+    net = str((nccl or {}).get("network") or "").lower()
+    devs = " ".join(str(d) for d in (nccl or {}).get("ib_devices") or []).lower()
+    provider = str((nccl or {}).get("ofi_provider") or (nccl or {}).get("net_plugin") or "").lower()
+    spec = resolve_device(device_name, None) if device_name else None
+    family = spec.name if spec else None
+    if "socket" in net:
+        return LinkChoice("network", None, None, "TCP sockets (NET/Socket)",
+                          "NCCL log: inter-node traffic over sockets; no meaningful line rate")
+    if "efa" in net or "efa" in provider or "libfabric" in net or "ofi" in net:
+        key = "efa-p4d" if family == "NVIDIA A100" else "efa-p5"
+        return LinkChoice("network", key, LINKS[key].per_direction_bytes_per_s / G, LINKS[key].name,
+                          "NCCL log: AWS EFA (libfabric)")
+    if "ib" in net or devs:
+        if "roce" in devs:
+            key = "roce-400g"
+        else:
+            key = TYPICAL_NIC.get(family or "", "ib-ndr")
+            key = key if key.startswith("ib") else "ib-ndr"
+        return LinkChoice("network", key, LINKS[key].per_direction_bytes_per_s / G, LINKS[key].name,
+                          "NCCL log: " + ("RoCE" if "roce" in devs else "InfiniBand") + " (NET/IB)"
+                          + (f"; rate of the usual NIC of {family}" if family else ""))
+    usual = TYPICAL_NIC.get(family or "")
+    if usual:
+        return LinkChoice("network", usual, LINKS[usual].per_direction_bytes_per_s / G, LINKS[usual].name,
+                          f"the usual NIC of {family} (no NCCL log says which)")
+    return LinkChoice("network", None, None, "network", "no NCCL log and no usual NIC for this device")
+
+
+def transfer_link(*, spans_nodes: bool | None, backend: str | None, device_name: str | None,
+                  num_sms: int | None = None, nccl: dict[str, Any] | None = None,
+                  network_gbps: float | None = None) -> LinkChoice:
+    """The link a group's collectives or point-to-point transfers used: gloo moves tensors through
+    host memory and TCP (no GPU link, no peak), a group over several nodes crosses the NIC, a group
+    inside one node the GPUs' own link. ``network_gbps`` overrides the NIC's peak when the caller
+    knows it better."""
+    if backend == "gloo":
+        where = "TCP between hosts" if spans_nodes else "host memory and loopback TCP"
+        return LinkChoice("host", None, None, f"gloo ({where})", "gloo runs collectives on the CPU")
+    if spans_nodes:
+        nic = network_choice(device_name, nccl)
+        if network_gbps is not None:
+            return replace(nic, peak_gbps=network_gbps)
+        return nic
+    return intra_node_choice(device_name, num_sms)
+
+
 __all__ = [
     "DEVICES",
     "LINKS",
+    "LinkChoice",
+    "intra_node_choice",
+    "network_choice",
+    "transfer_link",
     "PRECISIONS",
     "TYPICAL_NIC",
     "DeviceMatch",

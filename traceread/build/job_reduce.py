@@ -9,15 +9,18 @@ the map. The pipeline bubble uses each stage's ``stage_activity`` carried in its
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
 from traceread.build.rank_map import RankSummary
-from traceread.errors import guarded
+from traceread.errors import TraceFileError, guarded
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
 from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
 from traceread.report_schema import Report
+
+if TYPE_CHECKING:
+    from traceread.report_schema import Memory
 
 
 def assign_ranks(summaries: list[RankSummary]) -> list[str]:
@@ -70,20 +73,6 @@ def run_hosts(run_info: dict[str, Any] | None, warnings: list[str]) -> tuple[dic
     return guarded("run.json hosts", warnings, lambda: hosts_from_run_info(run_info), ({}, {}))
 
 
-def _network_gbps(nccl: dict[str, Any] | None, devices: dict[int, str | None]) -> float | None:
-    """Per-GPU network peak: the typical NIC of the GPU generation when the NCCL log shows a NET link."""
-    from traceread.analysis import hardware as dev
-
-    name = next((d for d in devices.values() if d), None)
-    if not name:
-        return None
-    spec = dev.resolve_device(name, None)
-    key = dev.TYPICAL_NIC.get(spec.name) if spec else None
-    if nccl and nccl.get("network") and "socket" in str(nccl.get("network")).lower():
-        return None  # sockets: no meaningful line rate
-    return dev.LINKS[key].per_direction_bytes_per_s / 1e9 if key else None
-
-
 def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, str], recorded: dict[int, float],
                 opts: ReportOptions, warnings: list[str], run_info: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """Layout, collectives, clocks, stragglers, pipeline and slow steps from the per-rank extracts;
@@ -121,11 +110,17 @@ def cross_rank(report: Report, summaries: list[RankSummary], hosts: dict[int, st
         report["source"]["clock"] = clock.to_json()
         warnings.extend(f"clocks: {n}" for n in clock.notes if "not checked" not in n)
     device_names = {s.entry["rank"]: s.meta.device_name for s in summaries}
-    net = guarded("network peak", warnings, lambda: _network_gbps(report.get("nccl"), device_names))
+    from traceread.analysis.comm.layout import node_map
+
+    nodes, _src = guarded("node map", warnings, lambda: node_map(
+        matched.ranks, hosts=hosts or None, nccl=report.get("nccl"),
+        devices={s.entry["rank"]: s.meta.device_id for s in summaries},
+        world_size=next((s.meta.world_size for s in summaries if s.meta.world_size), None) or len(summaries)),
+        ({}, None))
     report["collectives"] = guarded(
         "collective bandwidth", warnings,
         lambda: comm_perf.collective_table(matched, clock, hosts=hosts or None, device_names=device_names,
-                                           network_gbps=net), [])
+                                           nodes=nodes or None, nccl=report.get("nccl")), [])
     windows = {s.entry["rank"]: s.windows for s in summaries}
     st = guarded("stragglers", warnings, lambda: stragglers.attribute(matched, windows, clock))
     if st is not None:
@@ -146,14 +141,35 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
         return
     # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
     # back to send/recv → pp, all-to-all → ep, else other.
+    from traceread.analysis.comm.layout import UNNAMED_PG
+
     layout = report.get("layout")
     roles = {str(g["pg"]): g["role"] for g in (layout.get("groups") if layout else None) or []}
-    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
-    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of)
+    role_of = (lambda pg: roles.get(UNNAMED_PG if pg is None else str(pg), "other")) if roles else None
+    host_only = {s.entry["rank"] for s in summaries if s.entry.get("compute_us") is None}
+    led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of, host_only)
     report["ledger"] = led.job
     for e in report["ranks"]:
         if e["rank"] in led.per_rank:
             e["ledger"] = led.per_rank[e["rank"]]
+    straggler_costs(report)
+
+
+def straggler_costs(report: Report) -> None:
+    """Each straggler entry's ``impact_us_per_step`` from the window ledger: the step time its delay
+    cost, once per step whatever number of collectives waited on it, and never more than the other
+    ranks' own work allows (``ledger.window.late[].saving_us``); ``noise`` when that delay is within
+    the run's own step-to-step spread (docs/ledger.md)."""
+    w = (report.get("ledger") or {}).get("window")
+    if not w or not w.get("steps"):
+        return
+    late = {int(x["rank"]): x for x in w.get("late") or []}
+    for e in report.get("stragglers") or []:
+        x = late.get(int(e["rank"]))
+        e["impact_us_per_step"] = float(x["saving_us"]) / int(w["steps"]) if x else 0.0
+        e["noise"] = not (x and x.get("straggler"))
+        if x and x.get("cause") in ("gpu", "host"):  # what its own steps show beyond the others'
+            e["cause"] = x["cause"]
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
@@ -193,6 +209,37 @@ def _pipeline(matched: Any, summaries: list[RankSummary], clock: Any, pipeline: 
             activity[r] = s.stage_activity
     offsets = clock.offsets_us if clock is not None else None
     return pipeline.detect_pipeline(matched, activity, offsets)
+
+
+def memory(report: Report, summaries: list[RankSummary], opts: ReportOptions, warnings: list[str],
+           snapshot_files: list[Any]) -> None:
+    """``report["memory"]`` (analysis.memory.job): the ranks' memory summaries compared, the guide's model
+    with --params, and the memory snapshots (the OOM ones and the peak rank's first); stays None
+    without memory events and snapshots."""
+    from traceread.analysis.memory import snapshot as snap
+    from traceread.analysis.memory.job import job_memory
+
+    per_rank = {s.entry["rank"]: s.memory for s in summaries if s.memory}
+    peak = max(per_rank, key=lambda r: (per_rank[r]["devices"][0]["peak_allocated_bytes"], -r)) if per_rank else None
+    def read(f: Any) -> Any:
+        try:
+            return snap.read_snapshot(f)
+        except TraceFileError as exc:  # bad input: one line naming the file; the others are read
+            warnings.append(str(exc))
+            return None
+
+    snaps = []
+    for f in snap.choose(snapshot_files, peak):
+        res = guarded(f"memory snapshot {f}", warnings, partial(read, f))
+        if res is not None:
+            snaps.append(res)
+    if len(snapshot_files) > snap.MAX_SNAPSHOTS:
+        warnings.append(f"memory: {len(snapshot_files)} snapshots found, {snap.MAX_SNAPSHOTS} read "
+                        "(those after an OOM and the peak rank's first)")
+    report["memory"] = cast("Memory | None", job_memory(
+        per_rank, layout=report.get("layout"), world_size=(report.get("source") or {}).get("world_size"),
+        params=opts.params, zero_stage=opts.zero_stage, dtype=opts.param_dtype, optimizer=opts.optimizer,
+        master_weights=opts.master_weights, snapshots=snaps))
 
 
 def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> None:

@@ -76,8 +76,29 @@ def med(values: Iterable[float | None]) -> float | None:
 
 
 def median_step_us(report: Report) -> float | None:
-    """Median over ranks of each rank's mean step time — the job's step time."""
+    """Median over ranks of each rank's mean step time (per-rank views; the job's step is
+    :func:`step_figure`)."""
     return med(step_us(r) for r in report.get("ranks") or [])
+
+
+def step_figure(report: Report) -> tuple[float | None, int, float | None]:
+    """The job's step: (mean step µs, steps, median step µs) of the window ledger (docs/ledger.md:
+    each step's duration on its critical rank, the longest). Documents without one: the same from
+    the ranks' step entries (a step's duration is its longest rank's); else the per-rank median."""
+    w = (report.get("ledger") or {}).get("window")
+    if w:
+        return float(w["mean_step_us"]), int(w["steps"]), float(w["median_step_us"])
+    ranks = report.get("ranks") or []
+    per: dict[int, list[float]] = {}
+    for r in ranks:
+        for s in r.get("steps") or []:
+            if s.get("duration_us") is not None:
+                per.setdefault(int(s["step"]), []).append(float(s["duration_us"]))
+    durs = sorted(max(v) for v in per.values() if len(v) == len(ranks))
+    if durs:
+        return fmean(durs), len(durs), durs[(len(durs) - 1) // 2]
+    m = median_step_us(report)
+    return m, total_steps(report), m
 
 
 def total_steps(report: Report) -> int:

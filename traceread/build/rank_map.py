@@ -49,6 +49,8 @@ class RankSummary:
     timeline: pl.DataFrame | None = None  # step_timeline.rank_intervals: bounded GPU intervals of a few steps
     ledger_segments: pl.DataFrame | None = None  # analysis.ledger.rank_segments: the step ledger's pieces
     warm_names: dict[str, float] = field(default_factory=dict)  # analysis.warmup.warm_names_of: start-up events
+    memory: dict[str, Any] | None = None  # analysis.memory.rank.rank_memory: [memory] events (profile_memory=True)
+    workload: dict[str, Any] | None = None  # analysis.time.iterations.workload: training, serving, inference
 
     def set_rank(self, rank: int) -> None:
         """Renumber the rank everywhere it is written (entry and every frame with a ``rank`` column)."""
@@ -134,6 +136,10 @@ def _rank_entry(rt: RankTrace, windows: StepWindows | None, frame: pl.DataFrame,
                                        "kernel_gap_us": float(ib["kernel_gap_us"]), "other_us": float(ib["other_us"])}
     else:
         e["cpu"] = guarded(f"rank {rt.rank}: CPU breakdown", warnings, lambda: cpu_breakdown.cpu_breakdown(rt))
+        split = guarded(f"rank {rt.rank}: CPU breakdown per step", warnings, lambda: cpu_breakdown.cpu_step_split(
+            rt, [(s["start_us"], s["duration_us"]) for s in steps]))
+        for s, part in zip(steps, split or []):
+            s.update(part)
     return cast(RankEntry, e)  # built field by field above (breakdown fields by name)
 
 
@@ -216,11 +222,25 @@ def _trace_mfu(rt: RankTrace, windows: StepWindows | None, ops: pl.DataFrame | N
 
 def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool = False) -> RankSummary:
     """Reduce one rank to its report entry and cross-rank extracts (never raises for bad data)."""
+    from dataclasses import replace
+
     from traceread.analysis.comm import collectives
+    from traceread.analysis.kinds import fill_launch_comm_args
     from traceread.analysis.time import breakdown
     from traceread.analysis.time import steps as steps_mod
 
     warnings: list[str] = []
+    from traceread.analysis.time import iterations as iters
+
+    rt = replace(rt, gpu=guarded(f"rank {rt.rank}: comm args", warnings,
+                                 lambda: fill_launch_comm_args(rt.gpu, rt.host), rt.gpu))
+    # a serving engine has no ProfilerStep: its own iteration annotations are the steps
+    its = guarded(f"rank {rt.rank}: engine iterations", warnings,
+                  lambda: iters.engine_iterations(rt.host)) if rt.steps.height == 0 else None
+    if its is not None:
+        rt = replace(rt, steps=its.steps)
+    work = guarded(f"rank {rt.rank}: workload", warnings,
+                   lambda: iters.workload(rt.host, rt.steps.height > 0, its, rt.gpu.height > 0))
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))
     if windows is not None and windows.note:
         warnings.append(f"rank {rt.rank}: {windows.note}")
@@ -231,6 +251,9 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         if frame.height:
             frame = frame.join(windows.table.select("step", pl.col("start").alias("_start")), on="step", how="left")
     entry = _rank_entry(rt, windows, frame, warnings)
+    if its is not None:  # prefill / decode / mixed per iteration, where the engine says
+        for s in entry["steps"]:
+            s["iteration"] = its.kinds.get(int(s["step"])) or None
     ops, spec, reason = _ops_and_device(rt, spec_file, warnings)
     _trace_mfu(rt, windows, ops, spec, entry, warnings)
     wtab = windows.table if windows is not None else pl.DataFrame(
@@ -247,8 +270,10 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                          lambda: host_activity.host_self_time(rt, wtab)) if rt.host.height else None
     from traceread.analysis.ledger import rank as ledger
 
-    segments = guarded(f"rank {rt.rank}: step ledger", warnings,
-                       lambda: ledger.rank_segments(rt, wtab, ops)) if rt.gpu.height else None
+    if rt.gpu.height:
+        segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.rank_segments(rt, wtab, ops, comm))
+    else:  # CPU-only rank: the host's ledger (operators, host-side collectives, the rest)
+        segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.host_segments(rt, wtab, comm))
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))
@@ -260,7 +285,18 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         stage_activity=_stage_activity(rt, comm, wtab, warnings),
         timeline=guarded(f"rank {rt.rank}: step timeline", warnings, lambda: step_timeline.rank_intervals(rt, wtab)),
         warm_names=guarded(f"rank {rt.rank}: start-up events", warnings, lambda: warmup.warm_names_of(rt.host), {}),
+        memory=_memory(rt, spec_file, warnings),
+        workload=work,
     )
+
+
+def _memory(rt: RankTrace, spec_file: Path | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The rank's memory summary, only for traces recorded with ``profile_memory=True``."""
+    if not rt.memory.height:
+        return None
+    from traceread.analysis.memory.rank import rank_memory
+
+    return guarded(f"rank {rt.rank}: memory", warnings, lambda: rank_memory(rt, spec_file))
 
 
 def _stage_activity(rt: RankTrace, comm: pl.DataFrame, wtab: pl.DataFrame, warnings: list[str]) -> pl.DataFrame | None:

@@ -19,18 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from traceread.build import run_folder
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
 from traceread.read.jsonfile import load_json_object
 from traceread.report_schema import SCHEMA_ID, RankEntry, Report
 
 __all__ = ["NothingUsableError", "ReportOptions", "TOP_KERNELS", "build_report"]
-
-#: Folders and files of a collected run folder that analyses read besides the traces (document key).
-RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject")
-RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
-
 
 class NothingUsableError(TraceReadError):
     """Nothing to analyse. ``bad_input``: files or paths were given but unreadable/missing (exit 2);
@@ -39,39 +34,6 @@ class NothingUsableError(TraceReadError):
     def __init__(self, message: str, *, bad_input: bool = False) -> None:
         super().__init__(message)
         self.bad_input = bad_input
-
-
-def _run_dir(paths: Sequence[str | Path], run_json: list[Path]) -> Path | None:
-    """The collected RUN folder (run.json, fr/, stacks/, nccl/), when the user pointed at one."""
-    if run_json:
-        return run_json[0].parent
-    for p in paths:
-        if isinstance(p, str) and "://" in p:
-            continue
-        q = Path(p)
-        if q.is_dir():
-            for cand in (q, q.parent):
-                if any((cand / d).exists() for d in ("run.json", "fr", "stacks", "nccl", "hang.json")):
-                    return cand
-    return None
-
-
-def _side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
-    """Non-trace inputs an analysis may read, for the document key: the run folder's hang evidence,
-    NCCL logs and run.json, and logs lying directly in a folder the user named."""
-    out: list[Path] = []
-    if run_dir is not None:
-        out += [run_dir / n for n in RUN_SIDE_FILES if (run_dir / n).is_file()]
-        for d in RUN_SIDE_DIRS:
-            if (run_dir / d).is_dir():
-                out += sorted(p for p in (run_dir / d).rglob("*") if p.is_file())
-    for p in paths:
-        q = Path(p) if not (isinstance(p, str) and "://" in p) else None
-        if q is not None and q.is_dir():
-            out += sorted(f for f in q.iterdir() if f.suffix in LOG_SUFFIXES and f.is_file())
-        elif q is not None and q.suffix in LOG_SUFFIXES and q.is_file():
-            out.append(q)
-    return out
 
 
 def build_report(paths: Sequence[str | Path], options: ReportOptions | None = None) -> Report:
@@ -84,12 +46,14 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     from traceread.read.discover import find
 
     opts = options or ReportOptions()
+    caches.take_notes()  # notes of an earlier report in this process are not this one's
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
-    run_dir = _run_dir(paths, found.run_json)
+    run_dir = run_folder.run_dir_of(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
     if root is not None and found.files and not found.missing:
-        key = caches.document_key([str(p) for p in paths], found.files, _side_files(paths, run_dir), opts.analysis_key(),
+        key = caches.document_key([str(p) for p in paths], found.files,
+                                  run_folder.side_files(paths, run_dir) + [Path(p) for p in opts.snapshots], opts.analysis_key(),
                                   str(opts.device_spec) if opts.device_spec else None)
         hit = caches.load_document(root, key) if key is not None else None
         if hit is not None:
@@ -97,7 +61,17 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     report = _analyse(paths, found, run_dir, opts)
     if key is not None and root is not None:
         caches.store_document(root, key, report)
-    return report
+    if root is not None:
+        caches.evict(root)  # the size bound: least recently used entries go first
+    return _with_cache_notes(report, caches.take_notes())
+
+
+def _with_cache_notes(report: Report, notes: list[str]) -> Report:
+    """Damaged cache entries met on the way, said in this report's warnings only (never stored in the
+    document cache: the next report, which finds a sound cache, has nothing to say about it)."""
+    if not notes:
+        return report
+    return {**report, "warnings": [*(report.get("warnings") or []), *notes]}
 
 
 def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
@@ -114,7 +88,7 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 
 def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
     """Map, reduce, findings: the document from scratch."""
-    from traceread.analysis.hang.nccl_log import nccl_logs_under, parse_nccl_logs
+    from traceread.analysis.comm import nccl as nccl_records
     from traceread.build import job_reduce as crossrank
     from traceread.build.rank_map import RankSummary
     from traceread.build.run_map import summarise_files
@@ -124,12 +98,12 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     warnings: list[str] = []
     for m in found.missing:
-        warnings.append(f"{m}: no such file or folder")
+        warnings.append(f"{m}: {found.why(m)}")
     warnings.extend(found.notes)
     run_info = load_json_object(found.run_json[0], warnings) if found.run_json else None
-    nccl_logs = guarded("NCCL log search", warnings, lambda: nccl_logs_under(paths, run_dir), [])
-    found.files = [f for f in found.files if f not in nccl_logs]  # a log named explicitly is not a trace
-    nccl = guarded("NCCL log", warnings, lambda: parse_nccl_logs(nccl_logs)) if nccl_logs else None
+    # NCCL logs and NCCL Inspector files (a file named explicitly is then not a trace)
+    nccl, nccl_files = guarded("NCCL logs", warnings, lambda: nccl_records.load(paths, run_dir), (None, []))
+    found.files = [f for f in found.files if f not in nccl_files]
     # several cycles/runs: analyse one (local files; objects in a bucket are not grouped yet)
     remote = [f for f in found.files if getattr(f, "url", None) is not None]
     local = [f for f in found.files if getattr(f, "url", None) is None]
@@ -141,17 +115,23 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     results = summarise_files(found.files, opts) if found.files else {}
     summaries: list[RankSummary] = []
+    unreadable: dict[int, str] = {}
     for f in found.files:
         res = results[f]
         if isinstance(res, RankSummary):
             summaries.append(res)
             continue
-        warnings.append(explain_failure(found, f, res.message)[1])
+        failure, message = explain_failure(found, f, res.message)
+        warnings.append(message)
+        if failure is not None and failure.rank is not None:
+            unreadable[failure.rank] = message
     hang = None
     if run_dir is not None:
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
+    if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
+        raise NothingUsableError(run_folder.no_trace_line(run_dir or Path(str(paths[0])), run_info))
     if not summaries and hang is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
@@ -159,6 +139,12 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
             raise NothingUsableError(f"no readable trace under {where}{detail}", bad_input=True)
         raise NothingUsableError(f"no trace files (*.json, *.json.gz) found under {where}")
 
+    if nccl is not None and summaries:  # the traces name the GPUs: hardware-fitted NCCL advice
+        guarded("NCCL diagnoses", warnings, lambda: nccl_records.refit(nccl, [s.meta.device_name for s in summaries
+                                                                               if s.meta.device_name]))
+    partial = run_folder.partial_window(run_info)
+    if partial:
+        warnings.append(partial)
     warnings.extend(crossrank.assign_ranks(summaries))
     for s in summaries:
         warnings.extend(s.warnings)
@@ -179,8 +165,13 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         },
         "warnings": warnings, "ranks": ranks, "collectives": [], "stragglers": [], "pipeline": None,
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
-        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None,
+        "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
+    run_folder.mark_missing_ranks(report, unreadable)
+    if summaries:
+        from traceread.analysis.time.iterations import job_workload
+
+        report["workload"] = guarded("workload", warnings, lambda: job_workload([s.workload for s in summaries]))
     if summaries:
         matched, clock = crossrank.cross_rank(report, summaries, hosts, recorded, opts, warnings, run_info=run_info)
         guarded("step ledger", warnings, lambda: crossrank.step_ledger(report, summaries, matched, clock))
@@ -192,13 +183,23 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         report["step_timeline"] = guarded("step timeline", warnings, lambda: job_timeline(
             {s.entry["rank"]: s.timeline for s in summaries if s.timeline is not None}, report))
         crossrank.formula_mfu(report, opts, warnings)
+    from traceread.analysis.memory.snapshot import find_snapshots
+
+    snapshot_files = guarded("memory snapshot search", warnings,
+                             lambda: find_snapshots([str(p) for p in paths], run_dir, opts.snapshots), [])
+    guarded("memory", warnings, lambda: crossrank.memory(report, summaries, opts, warnings, snapshot_files))
 
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
-    from traceread.build.findings.assemble import build_findings
+    from traceread.build.findings.assemble import build_findings, coverage
+    from traceread.build.findings.layout import fit_to_workload
 
-    report["findings"] = build_findings(report, warn=warnings.append)
-    from traceread.build.findings.ledger import coverage
+    report["findings"] = fit_to_workload(build_findings(report, warn=warnings.append), report)
+    report["coverage"] = coverage(report["findings"], report)  # type: ignore[typeddict-item]
+    if report["source"].get("missing_ranks"):
+        from traceread.build.findings.assemble import missing_note
 
-    report["coverage"] = coverage(report["findings"], (report.get("ledger") or {}).get("step_us"))
+        report["source"]["missing_note"] = missing_note(report, unreadable)
     return report
+
+

@@ -58,15 +58,18 @@ def summarise(task: tasks.RankTask) -> tuple[Any, bytes | None]:
 def summarise_task(task: tasks.RankTask) -> bytes:
     """Worker entry point (process pool, Ray): the summary as data bytes (see module docstring)."""
     summary, data = summarise(task)
+    notes = caches.take_notes()  # damaged cache entries this worker met: said by the driver
     if isinstance(summary, TraceFileError):
-        return msgspec.msgpack.encode({"error": summary.message})
-    return msgspec.msgpack.encode({"summary": data})
+        return msgspec.msgpack.encode({"error": summary.message, "notes": notes})
+    return msgspec.msgpack.encode({"summary": data, "notes": notes})
 
 
 def decode_result(data: bytes, task: tasks.RankTask, store_here: bool = False) -> Any:
     """A worker's bytes -> RankSummary or TraceFileError. ``store_here``: also put the summary in this
     machine's summary cache (a Ray worker on another node filled only its own)."""
     doc = msgspec.msgpack.decode(data)
+    for text in doc.get("notes") or []:
+        caches.note(str(text))
     if "error" in doc:
         return TraceFileError(str(doc["error"]), str(task.file))
     summary = caches.decode_summary(doc["summary"], RankSummary)

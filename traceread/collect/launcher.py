@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -23,12 +24,13 @@ from typing import IO, Any
 from traceread import __version__
 from traceread.collect.env import collect_env
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
-from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, too_short_note
+from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines
 
 SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors")
+OPTIONAL_SUBDIRS = ("memory",)  # created only when asked for (--memory-snapshot)
 EXIT_HANG_KILLED = 124  # --on-hang kill, when the killed command itself exited 0
 EXIT_NOT_FOUND = 127
 
@@ -49,6 +51,7 @@ class CollectOptions:
     record_shapes: bool = True
     with_stack: bool = False
     profile_memory: bool = False
+    memory_snapshot: bool = False  # RUN/memory/rank{R}.pickle at the window's end, rank{R}_oom.pickle on OOM
     profile: bool = True
     inject: bool = True
     hang_timeout_s: float | None = None
@@ -69,7 +72,8 @@ class CollectOptions:
         return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
                 "every": self.every, "max_cycles": self.max_cycles,
                 "ranks": self.ranks, "record_shapes": self.record_shapes, "with_stack": self.with_stack,
-                "profile_memory": self.profile_memory, "profile": self.profile}
+                "profile_memory": self.profile_memory or self.memory_snapshot,
+                "memory_snapshot": self.memory_snapshot, "profile": self.profile}
 
 
 def multi_node_env(env: dict[str, str] | None = None) -> bool:
@@ -105,10 +109,17 @@ def host_dir_for(run_dir: Path, layout: str) -> tuple[Path, str]:
 
 
 class _Tee:
-    """Copies the child's stdout/stderr lines to our own streams and to ``launcher.log``."""
+    """Copies the child's stdout/stderr lines to our own streams and to ``launcher.log`` (when it can)."""
 
-    def __init__(self, log_path: Path, echo: bool) -> None:
-        self.log = open(log_path, "ab", buffering=0)
+    def __init__(self, log_path: Path | None, echo: bool) -> None:
+        self.log: IO[bytes] | None = None
+        self.log_path = log_path
+        self.open_error: str | None = None
+        if log_path is not None:
+            try:
+                self.log = open(log_path, "ab", buffering=0)
+            except OSError as exc:
+                self.open_error = exc.strerror or str(exc)
         self.log_failed = False
         self.lock = threading.Lock()
         self.echo = echo
@@ -136,34 +147,66 @@ class _Tee:
         """A launcher message: on stderr and in the log, prefixed so it is told apart from the job."""
         line = f"[traceread] {clean_lines(text)}\n".encode()
         self._log(line)
-        try:
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
+        _stderr(line)
 
     def _log(self, line: bytes) -> None:
         """Copy to launcher.log; a run folder that became unwritable (full disk, read-only remount)
-        stops the copy, never the pump: a pump that died would stop draining the job's pipe and hang it."""
+        stops the copy, never the pump: a pump that died would stop draining the job's pipe and hang it.
+        The first failure is said once on stderr, so a short log is not mistaken for the whole output."""
         with self.lock:
-            if self.log.closed or self.log_failed:
+            if self.log is None or self.log.closed or self.log_failed:
                 return
             try:
                 self.log.write(line)
-            except OSError:
+                return
+            except OSError as exc:
                 self.log_failed = True
+                reason = exc.strerror or str(exc)
+        _stderr(f"[traceread] {clean_lines(str(self.log_path))}: cannot write any more ({clean_lines(reason)}); "
+                "the job's output from here on is not in launcher.log\n".encode())
 
     def close(self, timeout: float = 5.0) -> None:
         for t in self.threads:
             t.join(timeout)  # a grandchild may keep the pipe open; do not wait for it forever
         with self.lock:
-            self.log.close()
+            if self.log is not None:
+                self.log.close()
+
+
+def _stderr(line: bytes) -> None:
+    try:
+        sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def make_host_dir(host_dir: Path) -> str | None:
+    """Create the folder this launcher writes into and its sub-folders; why not, when it cannot.
+
+    A folder that cannot be created (read-only file system, immutable parent, no free inodes, a path
+    through a file) must not stop the job: the caller runs it without collection. A sub-folder that
+    cannot be made is left to the ranks (each part of the collection fails on its own, quietly)."""
+    try:
+        host_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(host_dir, os.W_OK | os.X_OK):
+            return "not writable"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except RuntimeError as exc:  # a symlink loop on the way
+        return str(exc)
+    for sub in SUBDIRS:
+        try:
+            (host_dir / sub).mkdir(exist_ok=True)
+        except OSError:
+            pass
+    return None
 
 
 def prepare_host_dir(host_dir: Path, overwrite: bool) -> None:
     """Refuse to mix two runs in one folder; with ``overwrite`` remove what an earlier run wrote."""
     earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log") if (host_dir / n).exists()]
-    earlier += [p for sub in SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
+    earlier += [p for sub in SUBDIRS + OPTIONAL_SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
     if earlier and not overwrite:
         raise TraceReadError("already holds a collected run; choose a new folder or pass --overwrite",
                              str(host_dir))
@@ -186,17 +229,37 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 def run_collect(opts: CollectOptions) -> int:
-    """Run ``opts.command`` under collection; returns the exit code the launcher must exit with."""
-    run_root = opts.run_dir.resolve()
+    """Run ``opts.command`` under collection; returns the exit code the launcher must exit with.
+
+    When the run folder cannot be used the command still runs, unchanged and uncollected, with one
+    warning: collect never changes the job's outcome."""
+    try:
+        run_root = opts.run_dir.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: the folder is unusable, said below
+        run_root = Path(os.path.abspath(opts.run_dir))
     host_dir, layout = host_dir_for(run_root, opts.layout)
-    prepare_host_dir(host_dir, opts.overwrite)
-    for sub in SUBDIRS:
-        (host_dir / sub).mkdir(parents=True, exist_ok=True)
-    env, added = collect_env(host_dir, os.environ, opts.profiler_config(), os.getpid(),
-                             inject=opts.inject, fr_buffer=opts.fr_buffer)
-    tee = _Tee(host_dir / "launcher.log", opts.echo)
+    try:
+        prepare_host_dir(host_dir, opts.overwrite)
+        problem = make_host_dir(host_dir)
+        if problem is None and opts.memory_snapshot:
+            (host_dir / "memory").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    collecting = problem is None
+    if collecting:
+        env, added = collect_env(host_dir, os.environ, opts.profiler_config(), os.getpid(),
+                                 inject=opts.inject, fr_buffer=opts.fr_buffer)
+    else:
+        env, added = dict(os.environ), {}
+    tee = _Tee(host_dir / "launcher.log" if collecting else None, opts.echo)
     start_ns = time.time_ns()
-    tee.note(f"collecting into {host_dir} ({layout} layout): {' '.join(opts.command)}")
+    if collecting:
+        tee.note(f"collecting into {host_dir} ({layout} layout): {' '.join(opts.command)}")
+        if tee.open_error:
+            tee.note(f"{host_dir / 'launcher.log'}: {tee.open_error}; the job's output is not copied there")
+    else:
+        tee.note(f"cannot use {host_dir}: {problem}; running the command without collection: "
+                 f"{' '.join(opts.command)}")
     # Handlers first: a signal that arrives while the child starts is forwarded once it exists.
     dump_requested = threading.Event()
     pending: list[int] = []
@@ -224,7 +287,8 @@ def run_collect(opts: CollectOptions) -> int:
             signal.signal(restored, old_handler)
         tee.note(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}")
         tee.close()
-        _finalize(opts, run_root, host_dir, layout, added, start_ns, EXIT_NOT_FOUND, None, None, [])
+        if collecting:
+            _finalize_quietly(opts, run_root, host_dir, layout, added, start_ns, EXIT_NOT_FOUND, None, None, [])
         return EXIT_NOT_FOUND
     child["pid"] = proc.pid
     for signum in pending:
@@ -238,7 +302,7 @@ def run_collect(opts: CollectOptions) -> int:
     hang: dict[str, Any] | None = None
     dumps: list[dict[str, Any]] = []
     killed_for_hang = False
-    watchdog_broken = False
+    watchdog_broken = not collecting
     try:
         while proc.poll() is None:
             try:
@@ -247,6 +311,9 @@ def run_collect(opts: CollectOptions) -> int:
             except subprocess.TimeoutExpired:
                 pass
             if watchdog_broken:
+                if dump_requested.is_set():
+                    dump_requested.clear()
+                    tee.note("SIGUSR1 received: no dump, nothing is collected in this run")
                 continue
             try:
                 if dump_requested.is_set():
@@ -277,20 +344,45 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
-    if opts.profile and opts.inject and not any((host_dir / "traces").glob("rank*.pt.trace.json*")):
-        steps = [int(i["steps"]) for i in read_ranks(host_dir).values() if isinstance(i.get("steps"), int)]
-        note = too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
-        if note:
-            tee.note(note)
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
         code = EXIT_HANG_KILLED
-    try:
-        _finalize(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
-    except OSError as exc:  # the run folder became unwritable: the job's exit code still wins
-        sys.stderr.write(f"[traceread] {clean_lines(str(exc))}: run.json not written\n")
+    if collecting:
+        _finalize_quietly(opts, run_root, host_dir, layout, added, start_ns, code, returncode, hang, dumps)
+        summary = "".join(f"[traceread] {clean_lines(line)}\n"
+                          for line in closing_summary(opts, run_root, host_dir, code, hang, time.time_ns() - start_ns))
+        if opts.echo:
+            sys.stderr.write(summary)
+        try:
+            with open(host_dir / "launcher.log", "a", encoding="utf-8") as log:
+                log.write(summary)
+        except OSError:
+            pass
     return code
+
+
+def _no_trace_note(host_dir: Path, opts: CollectOptions) -> str | None:
+    """Why no trace was written, when none was: no rank imported torch, or the job was too short."""
+    try:
+        if any((host_dir / "traces").glob("rank*.pt.trace.json*")):
+            return None
+        ranks = read_ranks(host_dir)
+    except OSError:
+        return None
+    if ranks and not any(i.get("torch") for i in ranks.values()):
+        return (f"no trace: no rank imported torch ({len(ranks)} rank(s) ran without it), so there was "
+                "nothing to profile")
+    steps = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
+    return too_short_note(max(steps) if steps else None, opts.wait, opts.warmup, opts.active)
+
+
+def _finalize_quietly(*args: Any) -> None:
+    """:func:`_finalize`; a run folder that became unwritable is one line: the job's exit code still wins."""
+    try:
+        _finalize(*args)
+    except OSError as exc:
+        _stderr(f"[traceread] {clean_lines(str(exc))}: run.json not written\n".encode())
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float, rank_pids: list[int]) -> None:
@@ -335,9 +427,14 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
               dumps: list[dict[str, Any]]) -> None:
     """Merge rank files into run.json; drop empty placeholder files (stacks opened for faulthandler)."""
     end_ns = time.time_ns()
-    for path in (host_dir / "fr").glob("pipe_rank*.pipe"):  # NCCL's FIFOs are useless after the job
+    fifos = [*(host_dir / "fr").glob("pipe_rank*.pipe"), *(host_dir / "inject").glob("rank*.dump")]
+    fifos += [Path(i["dump_trigger"]) for i in read_ranks(host_dir).values() if isinstance(i.get("dump_trigger"), str)]
+    for path in fifos:  # NCCL's and the dump threads' FIFOs are useless after the job (a killed rank left its own)
         try:
-            path.unlink()
+            if stat.S_ISFIFO(path.lstat().st_mode):
+                path.unlink()
+            if path.parent.name.startswith("traceread-dump-"):
+                path.parent.rmdir()
         except OSError:
             pass
     for path in (host_dir / "stacks").glob("rank*.txt"):
@@ -375,7 +472,55 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
 def _inventory(host_dir: Path) -> dict[str, list[str]]:
     """Relative paths of what was collected, per kind (so a reader knows what to expect)."""
     out = {}
-    for sub in ("traces", "fr", "stacks", "errors", "nccl"):
+    for sub in ("traces", "fr", "stacks", "errors", "nccl", "memory"):
+        if sub == "memory" and not (host_dir / sub).is_dir():
+            continue
         out[sub] = sorted(str(p.relative_to(host_dir)) for p in (host_dir / sub).glob("*")
                           if p.is_file() and not p.name.startswith("."))
     return out
+
+
+def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: int, hang: dict[str, Any] | None,
+                    elapsed_ns: int) -> list[str]:
+    """The lines printed after every collect: what ran, what was collected where (a window cut short
+    by the end of the job says so), and the command to run next."""
+    import shlex
+
+    ranks = read_ranks(host_dir)
+    traces = sorted(p for p in (host_dir / "traces").rglob("rank*.pt.trace.json*") if p.is_file())
+    partial = {r: i["partial"] for r, i in ranks.items() if isinstance(i.get("partial"), dict)}
+    steps = sorted({(min(i["profiler_steps"]), max(i["profiler_steps"])) for i in ranks.values()
+                    if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
+    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
+    if traces:
+        where = "steps unknown" if not steps else (
+            f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
+        lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
+        if partial:
+            p = next(iter(partial.values()))
+            lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
+                         f"steps on {len(partial)} rank(s); those steps are kept and reported")
+    elif opts.profile and opts.inject:
+        why = _no_trace_note(host_dir, opts)
+        lines.append("  traces:  none — " + (why if why else
+                                              "no rank reported an optimizer step (did the job step an optimizer?)"))
+    extras = [f"{n} {what}" for n, what in ((len(list((host_dir / "nccl").glob("*"))), "NCCL log(s)"),
+                                           (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),
+                                           (len(list((host_dir / "fr").glob("*"))), "Flight Recorder dump(s)"))
+              if n]
+    if extras:
+        lines.append("  also:    " + ", ".join(extras))
+    quoted = shlex.quote(str(run_root))
+    nxt = []
+    if traces:
+        nxt.append(f"traceread report {quoted}")
+    if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
+        nxt.append(f"traceread hang {quoted}")
+    torch_seen = any(i.get("torch") for i in ranks.values())
+    if not traces and not nxt and (torch_seen or not ranks):  # a job without torch has nothing to profile
+        run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]
+        nxt.append(f"traceread collect -o {shlex.quote(str(run_root) + '-2')} --wait 0 --warmup 1 --active "
+                   f"{short_job_active(max(run)) if run else 3} -- {' '.join(shlex.quote(c) for c in opts.command)}")
+    if nxt:
+        lines.append("  next:    " + "   ".join(nxt))
+    return lines

@@ -39,9 +39,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     """Atomic write (temp file + ``os.replace``) so a reader never sees half a file."""
+    text = json.dumps(doc, indent=1, sort_keys=False, default=str)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no empty temp file behind
+        except OSError:
+            pass
+        raise
 
 
 def read_ranks(host_dir: Path) -> dict[int, dict[str, Any]]:

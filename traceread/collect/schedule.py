@@ -32,11 +32,22 @@ def steps_needed(wait: int, warmup: int, active: int) -> int:
     return 1 + wait + warmup + active
 
 
+def first_recorded_step(wait: int, warmup: int) -> int:
+    """The optimizer step whose work is the first one recorded (the profiler starts after step 1)."""
+    return 1 + wait + warmup + 1
+
+
+def short_job_active(steps_run: int) -> int:
+    """``--active`` that fits a job of ``steps_run`` optimizer steps with ``--wait 0 --warmup 1``."""
+    return max(1, steps_run - 2)
+
+
 def too_short_note(steps_run: int | None, wait: int, warmup: int, active: int) -> str | None:
-    """Why no trace was written, when the job ran fewer optimizer steps than the window needs."""
-    need = steps_needed(wait, warmup, active)
-    if steps_run is None or steps_run >= need:
+    """Why no trace was written, when the job ended before the profiler recorded one step (a job
+    that ends inside the recorded window keeps the steps it recorded: a partial window)."""
+    first = first_recorded_step(wait, warmup)
+    if steps_run is None or steps_run >= first:
         return None
-    return (f"no trace: the job ran {steps_run} optimizer step(s) but --wait {wait} --warmup {warmup} "
-            f"--active {active} needs {need}; for a short job use e.g. --wait 0 --warmup 1 "
-            f"--active {max(1, steps_run - 2)}")
+    return (f"no trace: the job ran {steps_run} optimizer step(s) and the profiler records from step {first} on "
+            f"(--wait {wait} --warmup {warmup}; {steps_needed(wait, warmup, active)} steps for the whole --active "
+            f"{active} window); for a short job use e.g. --wait 0 --warmup 1 --active {short_job_active(steps_run)}")

@@ -9,13 +9,14 @@ Timeout: fixed when ``timeout_s`` is given, else adaptive
 ``max(floor_s, factor × median step time)`` where the median is over the recent per-rank step
 intervals (wall time between two observed steps of a rank divided by the steps made).
 
-Dump protocol (per rank listed in ``ranks/rank{R}.json`` on this host with its signals installed;
-first, on NCCL builds, one byte into each ``fr/pipe_rank{R}.pipe`` FIFO makes the rank's C++ side dump
-its NCCL Flight Recorder to ``fr/rank{R}`` without needing the GIL):
-SIGUSR2 -> the rank's sigwait thread writes stacks + Flight Recorder, then ``inject/rank{R}.ack``;
-ranks that did not ack within ``grace_s`` get SIGUSR1 -> faulthandler's C-level all-thread stack dump
-(works even if the GIL is held). Signals are never sent to a process that did not install handlers
-(SIGUSR1/2 would kill it).
+Dump protocol (per rank listed in ``ranks/rank{R}.json`` on this host; first, on NCCL builds, one
+byte into each ``fr/pipe_rank{R}.pipe`` FIFO makes the rank's C++ side dump its NCCL Flight Recorder
+to ``fr/rank{R}`` without needing the GIL): one byte into the rank's dump FIFO (``dump_trigger`` in
+its rank file) -> the rank's dump thread writes stacks + Flight Recorder, then ``inject/rank{R}.ack``;
+ranks that did not ack within ``grace_s`` get the real-time signal their faulthandler registered
+(``stack_signal``) -> a C-level all-thread stack dump (works even if the GIL is held). The job's own
+signals (SIGUSR1, SIGUSR2, ...) are never used, and a signal is never sent to a process that did not
+register it (it would kill it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import statistics
 import time
 from collections import deque
@@ -135,17 +137,10 @@ class Watchdog:
         return out
 
     def dump_all(self, reason: str) -> dict[str, Any]:
-        """Signal every local rank to dump; wait for acks; SIGUSR1 fallback for the silent ones."""
+        """Ask every local rank to dump; wait for acks; C-level stack fallback for the silent ones."""
         ranks = self.local_ranks()
         sent_ns = time.time_ns()
-        asked: list[int] = []
-        for r, info in ranks.items():
-            if info.get("signals", {}).get("dump") and _alive(info["pid"]):
-                try:
-                    os.kill(info["pid"], signal.SIGUSR2)
-                    asked.append(r)
-                except OSError:
-                    pass
+        asked = [r for r, info in ranks.items() if _alive(info["pid"]) and poke_fifo(info.get("dump_trigger"))]
         pipes = poke_nccl_pipes(self.host_dir / "fr")
         acks: dict[int, dict[str, Any]] = {}
         deadline = time.monotonic() + self.grace_s
@@ -158,9 +153,10 @@ class Watchdog:
             time.sleep(0.05)
         fallback = []
         for r, info in ranks.items():
-            if r not in acks and info.get("signals", {}).get("stacks") and _alive(info["pid"]):
+            signum = info.get("stack_signal")
+            if r not in acks and isinstance(signum, int) and _stack_signal_ok(signum) and _alive(info["pid"]):
                 try:
-                    os.kill(info["pid"], signal.SIGUSR1)
+                    os.kill(info["pid"], signum)
                     fallback.append(r)
                 except OSError:
                     pass
@@ -203,23 +199,37 @@ class Watchdog:
 def poke_nccl_pipes(fr_dir: Path) -> list[str]:
     """Write one byte into each NCCL debug-info FIFO (``pipe_rank<R>.pipe``): a GIL-free FR dump request.
 
-    Only NCCL builds create these FIFOs (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``); non-blocking open, so a
-    FIFO nobody reads any more is skipped instead of blocking the launcher.
+    Only NCCL builds create these FIFOs (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``).
     """
-    poked = []
-    for path in sorted(fr_dir.glob("pipe_rank*.pipe")):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            os.write(fd, b"1")
-            poked.append(path.name)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return poked
+    return [path.name for path in sorted(fr_dir.glob("pipe_rank*.pipe")) if poke_fifo(path)]
+
+
+def poke_fifo(path: str | Path | None) -> bool:
+    """One byte into a FIFO; False when it is not a FIFO or nobody holds it open.
+
+    Non-blocking open: a FIFO whose reader is gone fails at once (ENXIO) instead of blocking the
+    launcher; a regular file with that name is never written.
+    """
+    if not path:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, b"1")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _stack_signal_ok(signum: int) -> bool:
+    """Only a real-time signal: never one of the job's ordinary signals, whatever a rank file says."""
+    return signal.SIGRTMIN <= signum <= signal.SIGRTMAX
 
 
 def _alive(pid: int) -> bool:

@@ -43,8 +43,9 @@ def _ranks(value: str) -> str:
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True, type=click.IntRange(0),
               help="Profiler schedule: steps traced but discarded (profiler start-up cost).")
 @click.option("--active", default=DEFAULT_ACTIVE, show_default=True, type=click.IntRange(1),
-              help="Profiler schedule: steps recorded (enough for slow-step statistics). The job needs "
-                   "1 + wait + warmup + active optimizer steps for a trace (19 by default).")
+              help="Profiler schedule: steps recorded (enough for slow-step statistics): optimizer steps "
+                   "2 + wait + warmup on (10-19 by default). A job that ends inside the window keeps the "
+                   "steps it recorded (a partial window, marked so).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Profiler cycles; with more than 1, each is kept in traces/cycle{C}/ (see --max-cycles).")
 @click.option("--every", default=0, show_default=True, type=click.IntRange(0), metavar="N",
@@ -55,7 +56,11 @@ def _ranks(value: str) -> str:
 @click.option("--ranks", default="all", show_default=True, help="Ranks to profile: 'all' or e.g. 0,3.")
 @click.option("--record-shapes/--no-record-shapes", default=True, show_default=True)
 @click.option("--with-stack/--no-with-stack", default=False, show_default=True, help="Python stacks per op (slower).")
-@click.option("--profile-memory/--no-profile-memory", default=False, show_default=True)
+@click.option("--profile-memory/--no-profile-memory", default=False, show_default=True,
+              help="Record every allocation and free in the window ([memory] events: peak, headroom, leaks).")
+@click.option("--memory-snapshot", is_flag=True,
+              help="Also write a memory snapshot (torch.cuda.memory._dump_snapshot format) to RUN/memory/ at the end "
+                   "of the window and on an out-of-memory error; implies --profile-memory (CPU-only jobs: --with-stack too).")
 @click.option("--no-profile", is_flag=True, help="Keep hang watchdog/logs/FR but do not run the profiler.")
 @click.option("--no-inject", is_flag=True, help="Do not inject into ranks (env + logs only; no traces, no dumps).")
 @click.option("--hang-timeout", default=None, metavar="SECONDS|auto",
@@ -78,14 +83,16 @@ def _ranks(value: str) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace an earlier run collected in the same folder.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, every: int, max_cycles: int, ranks: str,
-            record_shapes: bool, with_stack: bool, profile_memory: bool, no_profile: bool, no_inject: bool,
-            hang_timeout: str | None, hang_floor: float, hang_factor: float, startup_timeout: float | None, on_hang: str,
+            record_shapes: bool, with_stack: bool, profile_memory: bool, memory_snapshot: bool, no_profile: bool,
+            no_inject: bool, hang_timeout: str | None, hang_floor: float, hang_factor: float, startup_timeout: float | None,
+            on_hang: str,
             dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND unchanged and collect per-rank traces, NCCL logs, Flight Recorder and hang dumps.
 
     Nothing in the training script changes: a sitecustomize on PYTHONPATH starts torch.profiler in
     each rank (driven by optimizer steps), records progress for the hang watchdog, and answers dump
-    requests. Exits with COMMAND's exit code.
+    requests. Exits with COMMAND's exit code, and ends with a summary: what was collected where,
+    and the command to run next.
 
     \b
     Examples:
@@ -94,6 +101,7 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
       traceread collect -o runs/short --wait 0 --warmup 1 --active 3 -- torchrun ... train.py --steps 6
       traceread collect -o runs/hang --hang-timeout 120 --on-hang kill -- torchrun ... train.py
       traceread collect -o runs/long --every 1000 --max-cycles 6 -- torchrun ... train.py
+      traceread collect -o runs/mem --memory-snapshot -- torchrun ... train.py   # memory events + snapshots
       srun -N4 traceread collect -o /shared/runs/exp2 -- torchrun --nnodes 4 ... train.py
       kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now
       traceread report runs/exp1 ; traceread hang runs/hang
@@ -113,7 +121,8 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
     opts = CollectOptions(
         run_dir=run_dir, command=cmd, wait=wait, warmup=warmup, active=active, repeat=repeat, ranks=_ranks(ranks),
         every=every, max_cycles=max_cycles,
-        record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory, profile=not no_profile,
+        record_shapes=record_shapes, with_stack=with_stack, profile_memory=profile_memory or memory_snapshot,
+        memory_snapshot=memory_snapshot, profile=not no_profile,
         inject=not no_inject, hang_timeout_s=_timeout(hang_timeout), hang_floor_s=hang_floor,
         hang_factor=hang_factor, startup_timeout_s=startup_timeout, on_hang=on_hang, dump_grace_s=dump_grace,
         layout=layout, fr_buffer=fr_buffer, overwrite=overwrite,

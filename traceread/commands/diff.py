@@ -6,14 +6,15 @@ The comparison and its definitions are :mod:`traceread.compare.diff`; the text v
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
 
 import click
 
-from traceread.commands.fail import fail
+from traceread.commands.common import check_writable, fail, is_stdout, resolve_format, ui, ui_options, write_output
 from traceread.compare.diff import diff_reports
 from traceread.errors import EXIT_BAD_INPUT, EXIT_NO_TRACES
 from traceread.render.diff_view import render_diff
+from traceread.render.textfit import output_width, use_color
 
 
 def split_cycle(arg: str) -> tuple[str, str | None]:
@@ -29,11 +30,13 @@ def split_cycle(arg: str) -> tuple[str, str | None]:
 @click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path(), required=False)
-@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default=None,
+              help="text (default) or json (schema traceread.diff/1); -o FILE picks it from the extension.")
+@click.option("-o", "--output", metavar="FILE|-", help="Write here (.txt or .json) instead of stdout; - is stdout.")
 @click.option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Kernel/collective rows.")
 @click.option("--no-cache", is_flag=True, help="Re-parse every trace instead of using the parse cache.")
 @click.option("--cycles", metavar="N,M", help="Compare two profiling cycles of the one run A (e.g. 1,3; RUN:N works too).")
+@ui_options
 def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache: bool, cycles: str | None) -> None:
     """Compare two runs (A = baseline, B = candidate): step time, breakdown, kernels, collectives.
 
@@ -54,6 +57,9 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
     """
     from dataclasses import replace
 
+    fmt = resolve_format("diff", fmt, output, {".json": "json", ".txt": "text", ".text": "text"}, "text")
+    check_writable(output)
+
     import orjson
 
     from traceread.build.report import NothingUsableError, ReportOptions, build_report
@@ -71,7 +77,7 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
         raise click.UsageError("give two runs A B, RUN@N RUN@M, or one folder with --cycles N,M")
     else:
         (pa, ca), (pb, cb) = split_cycle(a), split_cycle(b)
-    opts = ReportOptions(use_cache=not no_cache)
+    opts = ReportOptions(use_cache=not no_cache, progress=sys.stderr.isatty() and not ui().quiet)
     try:
         ra = build_report([pa], replace(opts, cycle=ca))
         rb = build_report([pb], replace(opts, cycle=cb))
@@ -80,9 +86,12 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
     except NothingUsableError as exc:
         fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
     d = diff_reports(ra, rb, top=top)
-    text = (orjson.dumps(_jsonable(d), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
-            if fmt == "json" else render_diff(d))
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
+    if fmt == "json":
+        text = orjson.dumps(_jsonable(d), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    elif output and not is_stdout(output):
+        text = render_diff(d)
     else:
-        click.echo(text, nl=False)
+        text = render_diff(d, plain=not use_color(sys.stdout, ui().color), width=output_width(sys.stdout))
+    write_output(output, text)
+    if output and not is_stdout(output):
+        ui().note(f"diff: {output}")

@@ -1,69 +1,127 @@
-"""``traceread hang RUN``: which rank hung the job, in which collective, on which line."""
+"""``traceread hang RUN``: which ranks stopped the job, in which groups' collectives, on which line."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from traceread.commands.fail import fail
+from traceread.commands.common import check_writable, fail, resolve_format, ui, ui_options, write_output
 from traceread.errors import EXIT_NO_TRACES, EXIT_OK, TraceReadError
+from traceread.fmt import ranks_words
 from traceread.textsafe import clean
 
+#: Stuck groups and stack lines printed in text (all of them are in --format json).
+TEXT_GROUPS = 12
+TEXT_STACKS = 16
 
-def _text(diag) -> str:
+
+def _behind_text(b: dict[str, Any]) -> str:
+    why = {"never_enqueued": "never enqueued it", "not_started": "enqueued, GPU never started it",
+           "busy": "in another collective first", "no_dump": "no dump"}.get(b.get("why", ""), b.get("why", ""))
+    at = f", at #{b['enqueued']}" if b.get("enqueued") is not None and b.get("why") == "never_enqueued" else ""
+    return f"rank {b['rank']} ({why}{at})"
+
+
+def _text(diag: Any) -> str:
     from traceread.textsafe import clean_data
 
     e = clean_data(diag.entry)  # stack frames, pg names, log lines: no terminal control survives
-    lines = [clean(diag.headline), ""]
-    seq = e.get("seq")
-    lines.append(f"collective : {e.get('op')}" + (f" #{seq}" if seq is not None else "") + f"  (pg {e.get('pg')})")
-    lines.append(f"culprits   : {', '.join(map(str, e.get('missing_ranks') or [])) or '-'}   (never joined)")
-    lines.append(f"waiting    : {', '.join(map(str, e.get('waiting_ranks') or [])) or '-'}")
+    culprits = e.get("culprits") or []
+    groups = e.get("groups") or []
+    lines = [clean(x) for x in diag.lines]
+    lines.append("")
+    if culprits or groups:
+        if e.get("dumps"):
+            lines.append(e["dumps"])
+        if groups:
+            lines.append(f"stuck groups ({len(groups)}):")
+            for g in groups[:TEXT_GROUPS]:
+                behind = "; ".join(_behind_text(b) for b in (g.get("behind") or [])[:6])
+                more = len(g.get("behind") or []) - 6
+                lines.append(
+                    f"  pg {g['pg']} ({g.get('role')}{', ' + g['desc'] if g.get('desc') and g['desc'] != 'undefined' else ''})"
+                    f" {g.get('op')} #{g.get('seq')} {g.get('sizes') or ''} {g.get('dtype') or ''}".rstrip()
+                    + f": in it {ranks_words(g.get('waiting') or [])}"
+                    + (f"; behind {behind}" + (f" +{more} more" if more > 0 else "") if behind else "")
+                    + (f"; waits on {ranks_words(g['culprits'])}" if g.get("culprits") else "")
+                    + (f" [{g['note']}]" if g.get("note") else ""))
+            if len(groups) > TEXT_GROUPS:
+                lines.append(f"  … {len(groups) - TEXT_GROUPS} more (--format json lists every group)")
+        if culprits:
+            lines.append("culprits   :")
+            for c in culprits[:TEXT_GROUPS]:
+                lines.append(f"  rank {c['rank']}: {c['why']}; {c.get('victims', 0)} rank(s) wait on it"
+                             + (f"; at {c['stack']}" if c.get("stack") else "")
+                             + (f"; last log line: {c['log']}" if c.get("log") else ""))
+    else:
+        seq = e.get("seq")
+        lines.append(f"collective : {e.get('op')}" + (f" #{seq}" if seq is not None else "") + f"  (pg {e.get('pg')})")
+        missing, waiting = e.get("missing_ranks") or [], e.get("waiting_ranks") or []
+        lines.append(f"culprits   : {ranks_words(missing) + ' (never joined it)' if missing else 'none found'}")
+        lines.append(f"waiting    : {ranks_words(waiting) + ' (inside it, for the culprits)' if waiting else 'none recorded'}")
     if e.get("mismatches"):
         lines.append("mismatches :")
-        lines += [f"  - {m}" for m in e["mismatches"]]
+        lines += [f"  - {m}" for m in e["mismatches"][:TEXT_GROUPS]]
     if e.get("stacks"):
+        named = {str(c["rank"]) for c in culprits} | {str(r) for r in e.get("missing_ranks") or []}
+        items = sorted(e["stacks"].items(), key=lambda kv: (kv[0] not in named, int(kv[0])))
         lines.append("stacks     :")
-        lines += [f"  rank {r}: {where}" for r, where in sorted(e["stacks"].items(), key=lambda kv: int(kv[0]))]
+        lines += [f"  rank {r}: {where}" for r, where in items[:TEXT_STACKS]]
+        if len(items) > TEXT_STACKS:
+            lines.append(f"  … {len(items) - TEXT_STACKS} more (--format json)")
     lines.append("evidence   :")
     lines += [f"  - {x}" for x in e.get("evidence") or []]
     return "\n".join(lines)
 
 
 @click.command("hang")
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text: the answer then the evidence; json: the HangEntry of the report schema.")
+@click.argument("run_dir", metavar="PATH", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
+              help="text: one line per culprit, the stuck groups, then the evidence; json: the HangEntry of the "
+                   "report schema (culprits[] and groups[] included).")
+@click.option("-o", "--output", metavar="FILE|-", help="Write it here (.txt or .json, or --format); - is stdout (the default).")
+@click.option("-j", "--workers", type=int, default=None,
+              help="Processes reading Flight Recorder dumps (default: one per CPU for many dumps).")
+@ui_options
 @click.pass_context
-def hang(ctx: click.Context, run_dir: Path, fmt: str) -> None:
-    """Explain why a collected run hung: the rank that never joined collective #N, the ranks waiting
-    in it, mismatched collectives, and the Python line each rank is stuck on.
+def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None, workers: int | None) -> None:
+    """Explain why a job hung: every rank that stopped it (GPU stopped, host elsewhere, no dump, a
+    collective skipped or issued out of order, a mismatch), every stuck process group with the ranks
+    waiting in it, and the Python line and last log line of each culprit.
 
-    Reads RUN/fr (Flight Recorder dumps), RUN/stacks (faulthandler / py-spy), RUN/nccl and
-    launcher logs (watchdog timeouts), RUN/errors (torchelastic error files) and RUN/hang.json,
-    whichever exist. Exit code 0 when a diagnosis is printed, 3 when the folder holds no hang
-    evidence, 2 on unreadable input.
+    PATH is a run folder of `traceread collect`, any folder holding Flight Recorder dumps (flat,
+    nested, any file names: they are recognised by content; pickle or JSON, NCCL or gloo recorder,
+    torch 2.4-2.13), or one dump file. Also read when present: stack dumps (faulthandler / py-spy),
+    NCCL and launcher logs (watchdog timeouts), torchelastic error files, the collector's hang.json.
+    Exit code 0 when a diagnosis is printed, 3 when there is no hang evidence, 2 on unreadable input.
 
     \b
     Examples:
       traceread hang runs/exp1
-      traceread hang runs/exp1 --format json | jq .missing_ranks
+      traceread hang /scratch/fr_dumps/            # torch's _dump_0 ... _dump_4095
+      traceread hang runs/exp1 --format json | jq '.culprits[] | {rank, why, summary}'
+      traceread hang runs/exp1 -o hang.json
     """
     from traceread.analysis.hang.diagnose import diagnose
 
+    fmt = resolve_format("hang", fmt, output, {".json": "json", ".txt": "text", ".text": "text"}, "text")
+    check_writable(output)
+    if not run_dir.exists():
+        fail(f"{run_dir}: no such file or folder")
+        return
     try:
-        diag = diagnose(run_dir)
+        diag = diagnose(run_dir, workers)
     except TraceReadError as exc:
         fail(str(exc))
     if diag is None:
-        click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump, stack dump, hang.json, watchdog timeout "
-                   "or timeout error file)", err=True)
+        click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump with an unfinished collective, "
+                   "stack dump, hang.json, watchdog timeout or timeout error file)", err=True)
         ctx.exit(EXIT_NO_TRACES)
         return
-    if fmt == "json":
-        click.echo(json.dumps(diag.entry, indent=1))
-    else:
-        click.echo(_text(diag))
+    write_output(output, json.dumps(diag.entry, indent=1) + "\n" if fmt == "json" else _text(diag) + "\n")
+    if output and output != "-":
+        ui().note(f"hang diagnosis: {output}")
     ctx.exit(EXIT_OK)

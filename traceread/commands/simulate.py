@@ -12,7 +12,8 @@ from traceread.textsafe import clean
 
 T = TypeVar("T")
 
-SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound")
+SCENARIO_NAMES = ("ddp", "tp", "pp", "slow_steps", "3d", "fsdp_exposed", "moe", "custom_allreduce", "host_bound",
+                  "gloo_host")
 
 
 def _straggler(value: str) -> int:
@@ -79,6 +80,16 @@ def _slow_step(value: str) -> tuple[int, str, float]:
               help="tp: TP all-reduce kernel (custom_allreduce default: multimem).")
 @click.option("--loader-us", default=0.0, show_default=True,
               help="Extra data-loader time on the host every step (host_bound default 6000).")
+@click.option("--memory", is_flag=True, default=False,
+              help="ddp family: record [memory] events (profile_memory=True) with the training state allocated "
+                   "before the window, and write rank{r}.memory_snapshot.pickle (torch's snapshot format).")
+@click.option("--leak-bytes", default=0, show_default=True, type=click.IntRange(0),
+              help="With --memory: bytes every step keeps alive for good (like losses.append(loss)).")
+@click.option("--activation-factor", "act_factors", multiple=True,
+              callback=lambda c, p, v: [_act_factor(x) for x in v],
+              help="With --memory: RANK:FACTOR, that rank's activations are FACTOR x larger (repeatable).")
+@click.option("--host-jitter-us", default=0.0, show_default=True,
+              help="Every rank and step: a random host delay up to this (noise, no straggler).")
 @click.pass_context
 def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: list[int], straggler_delays: tuple[float, ...],
              straggler_causes: tuple[str, ...], stage_factors: str | None, no_optimizer: bool,
@@ -91,8 +102,8 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
     per-collective waits, straggler blame, pipeline bubble, slow steps, clock offsets).
 
     \b
-    Scenarios: ddp, tp, pp, slow_steps, 3d, fsdp_exposed, moe, custom_allreduce, host_bound
-    (each has its own defaults; options you give override them).
+    Scenarios: ddp, tp, pp, slow_steps, 3d, fsdp_exposed, moe, custom_allreduce, host_bound,
+    gloo_host (each has its own defaults; options you give override them).
     \b
     Examples:
       traceread simulate ddp -o /tmp/ddp --straggler 5 --straggler-delay-us 3000
@@ -107,6 +118,10 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
       traceread simulate moe -o /tmp/moe --hot-rank 5 --hot-factor 4
       traceread simulate custom_allreduce -o /tmp/car --allreduce-kernel vllm
       traceread simulate host_bound -o /tmp/hb --loader-us 8000
+      traceread simulate ddp -o /tmp/mem --ranks 4 --memory --leak-bytes 67108864 --activation-factor 2:1.5
+      traceread simulate ddp -o /tmp/zero3 --ranks 4 --comm fsdp --memory   # ZeRO-3 memory
+      traceread simulate gloo_host -o /tmp/gloo --straggler 1 --straggler-cause host
+      traceread simulate ddp -o /tmp/noise --steps 8 --host-jitter-us 3000   # no straggler
       traceread report /tmp/ddp
     """
     from traceread.simulate import simulate as run
@@ -135,23 +150,46 @@ def simulate(ctx: click.Context, scenario: str, out_dir: Path, straggler_ranks: 
                     optimizer=not no_optimizer, slow_steps=slow_steps, **knobs)
     except ValueError as exc:
         raise TraceReadError(str(exc)) from None
+    from statistics import fmean
+
+    from traceread.fmt import ms
+
     r0 = truth["ranks"]["0"]
     click.echo(f"wrote {truth['world_size']} ranks x {len(truth['steps'])} steps of '{scenario}' on "
                f"{truth['device']} to {clean(str(out_dir))}/ (truth.json)")
-    step = r0["steps"][0]["duration_us"] / 1000
-    click.echo(f"rank 0: step {step:.2f} ms, compute {r0['compute_us'] / 1000:.2f} ms, exposed comm "
-               f"{r0['exposed_comm_us'] / 1000:.2f} ms, idle {r0['idle_us'] / 1000:.2f} ms, MFU {r0['mfu_pct']:.1f}%")
-    for s in truth["stragglers"]:
-        click.echo(f"straggler rank {s['rank']} ({s['cause']}): blame {s['blame_us_per_step'] / 1000:.2f} ms/step")
+
+    def mean(key: str) -> float:
+        return fmean(float(s.get(key) or 0.0) for s in r0["steps"])
+
+    # every number per step (means over the steps of rank 0), so they add up to the step beside them
+    click.echo(f"rank 0, mean per step: step {ms(mean('duration_us'), 2)} = compute {ms(mean('compute_us'), 2)} + "
+               f"exposed comm {ms(mean('exposed_comm_us'), 2)} + exposed memcpy {ms(mean('exposed_memcpy_us'), 2)} + "
+               f"idle {ms(mean('idle_us'), 2)}; MFU {r0['mfu_pct']:.1f}%")
+    for st in truth["stragglers"]:
+        click.echo(f"straggler rank {st['rank']} ({st['cause']}): others wait {ms(st['blame_us_per_step'], 2)} per step")
     if truth["pipeline"]:
         p = truth["pipeline"]
         click.echo(f"pipeline bubble {p['bubble_pct']:.2f}% (theory {p['theory_bubble_pct']:.2f}%)")
+    mt = truth.get("memory")
+    if mt:
+        click.echo(f"memory: peak {mt['peak_allocated_bytes'] / 1e9:.2f} GB allocated on rank {mt['peak_rank']} "
+                   f"(median {mt['median_peak_allocated_bytes'] / 1e9:.2f} GB)"
+                   + (f", leaking on ranks {mt['leak_ranks']}" if mt["leak_ranks"] else ""))
     led = truth["ledger"]
     top = sorted(led["parts"], key=lambda x: -x["us"])[:3]
     parts = ", ".join(f"{x['category']}{':' + x['role'] if x['role'] else ''} rank {x['rank']} "
-                      f"{x['us'] / 1000:.2f} ms" for x in top)
-    click.echo(f"job ledger, step {led['step']} ({led['step_us'] / 1000:.2f} ms, critical rank "
-               f"{led['critical_rank']}): {parts}")
+                      f"{ms(x['us'], 2)}" for x in top)
+    click.echo(f"job ledger of step {led['step']} ({ms(led['step_us'], 2)}, critical rank {led['critical_rank']}): {parts}")
+
+
+def _act_factor(value: str) -> tuple[int, float]:
+    rank, sep, factor = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(rank), float(factor)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected RANK:FACTOR, e.g. 3:1.5") from None
 
 
 def _pick(values: tuple[T, ...], i: int, default: T, flag: str) -> T:

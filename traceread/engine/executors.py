@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -53,7 +57,8 @@ class ProcessExecutor:
         retry: list[int] = []
         budget = self.budget
         waiting = list(range(len(items)))
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx,
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             futs: dict[Future[Any], int] = {}
 
             def submit() -> None:
@@ -85,6 +90,35 @@ class ProcessExecutor:
         # ``if __name__ == "__main__"`` guard under spawn) or a worker killed by the OOM killer.
         for i in retry:
             done(i, _call_once(fn, items[i], "worker process failed"))
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the process that started it ends, however it ends.
+
+    A ``traceread report`` stopped by SIGTERM or SIGKILL runs no clean-up: without this its workers
+    (~125 MB each) and, through them, the resource tracker lived on for minutes holding its
+    stdout/stderr, so whoever waited for the report's output waited for them. Linux: the kernel
+    sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``); elsewhere a thread watches the
+    parent's pid. A parent already gone before this ran is caught by the ``getppid`` check."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), name="traceread-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _call_once(fn: Callable[..., Any], args: tuple[Any, ...], what: str) -> Any:

@@ -18,7 +18,7 @@ from traceread.engine.executors import ProcessExecutor, default_workers, progres
 from traceread.engine.memory import Budget
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace, ReadFailure, TraceSet
-from traceread.read.discover import Found, find
+from traceread.read.discover import NOT_A_TRACE, Found, find
 from traceread.read.jsonfile import load_json_object
 from traceread.read.ranks import assign_ranks, rank_from_name
 
@@ -51,10 +51,11 @@ def read_traces(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     found = find(paths)
+    caches.take_notes()  # an earlier call's notes are not this one's
     ts = TraceSet(ranks=[], sources=[str(p) for p in paths])
     for m in found.missing:
-        ts.failures.append(ReadFailure(file=m, reason="no such file or folder"))
-        ts.warnings.append(f"{m}: no such file or folder")
+        ts.failures.append(ReadFailure(file=m, reason=found.why(m)))
+        ts.warnings.append(f"{m}: {found.why(m)}")
     if found.run_json:
         ts.run_info = load_json_object(found.run_json[0], ts.warnings)
 
@@ -72,6 +73,7 @@ def read_traces(
         if failure is not None:
             ts.failures.append(failure)
     ts.warnings.extend(assign_ranks(ok))
+    ts.warnings.extend(caches.take_notes())
     ts.ranks = ok
     return ts
 
@@ -84,6 +86,8 @@ def explain_failure(found: Found, path: Path, reason: str) -> tuple[ReadFailure 
     """
     if found.skipped(path, reason):
         return None, f"skipped {path}: {reason}"
+    if reason.startswith(NOT_A_TRACE):  # named explicitly, but not a trace at all: no rank is missing
+        return ReadFailure(file=str(path), reason=reason, rank=None), f"{path}: {reason}"
     rank = rank_from_name(str(path))
     said = f"rank {rank if rank is not None else '?'} missing: {path}: {reason}"
     return ReadFailure(file=str(path), reason=reason, rank=rank), said

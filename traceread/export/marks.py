@@ -130,13 +130,14 @@ class FindingMarks:
                         "GPU idle waiting for a launch", rank, b - a)
 
     def _bubbles(self, rt: RankTrace, rank: int, wins: pl.DataFrame) -> None:
-        from traceread.analysis.kinds import gpu_class_expr
+        from traceread.analysis.kinds import gpu_classes
         from traceread.analysis.time.breakdown import device_gpu_rows
 
         hit = self._finding("pipeline_bubble")
         if hit is None:
             return
-        comp = device_gpu_rows(rt).with_columns(gpu_class_expr()).filter(pl.col("gpu_class") == "comp")
+        rows = device_gpu_rows(rt)
+        comp = rows.with_columns(gpu_classes(rows, rt.host)).filter(pl.col("gpu_class") == "comp")
         busy = iv.merge(comp["ts"].to_numpy(), comp["end"].to_numpy())
         starts: list[np.ndarray] = []
         ends: list[np.ndarray] = []

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from traceread.errors import TraceFileError
-from traceread.read.decode import decode_top, split_events
+from traceread.read.decode import decode_top, fix_lone_surrogates, split_events
 from traceread.read.inflate import uncompressed_chunks
 
 #: Tids per merged process: tid = pid * TIDS_PER_PID + k.
@@ -124,7 +124,7 @@ def rank_events(path: str | Path, rank: int, offset_us: float, *, window: tuple[
     for an unreadable file.
     """
     p = Path(path)
-    top = decode_top(b"".join(uncompressed_chunks(p)), p)
+    top = decode_top(fix_lone_surrogates(b"".join(uncompressed_chunks(p))), p)
     raws = split_events(top["traceEvents"], p)
     pname, tname, gpu_pids = _labels(raws)
     info = info if info is not None else RankEvents()

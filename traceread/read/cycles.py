@@ -27,7 +27,8 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from traceread.read.peek import FileFacts, name_facts, peek
+from traceread.errors import RankConflictError
+from traceread.read.peek import FileFacts, name_facts, peek, sketch_similarity
 
 if TYPE_CHECKING:
     from traceread.report_schema import Report
@@ -90,11 +91,47 @@ def _needs_peek(facts: list[FileFacts]) -> bool:
     return None in ranks or len(set(ranks)) != len(ranks)
 
 
+#: Ranks of one job record the same steps at the same time; their windows may disagree by the hosts'
+#: clock skew, never by this much (ns).
+SAME_TIME_NS = 60 * 10**9
+#: Below this estimated overlap of kernel (or operator) names two files ran different models.
+SAME_MODEL = 0.5
+
+
+def _windows_meet(group: list[FileFacts], f: FileFacts) -> bool:
+    """Whether ``f``'s recorded window overlaps the group's (within :data:`SAME_TIME_NS`); True when
+    a window is unknown."""
+    starts = [g.start_ns for g in group if g.start_ns is not None]
+    ends = [g.end_ns if g.end_ns is not None else g.start_ns for g in group if g.start_ns is not None]
+    if not starts or f.start_ns is None:
+        return True
+    f_end = f.end_ns if f.end_ns is not None else f.start_ns
+    return f.start_ns <= max(ends) + SAME_TIME_NS and f_end >= min(starts) - SAME_TIME_NS
+
+
+def same_job(a: FileFacts, b: FileFacts) -> bool:
+    """Whether two files can be ranks (or cycles) of one job: same GPU model, same job shape
+    (distributedInfo present or not, world size, backend) and the same model (kernel names)."""
+    if a.device and b.device and a.device != b.device:
+        return False
+    if a.distributed is not None and b.distributed is not None and a.distributed != b.distributed:
+        return False
+    for field_ in ("world_size", "backend"):
+        x, y = getattr(a, field_), getattr(b, field_)
+        if x is not None and y is not None and x != y:
+            return False
+    sim = sketch_similarity(a.sketch, b.sketch)
+    return sim is None or sim >= SAME_MODEL
+
+
 def _split_by_time(files: list[FileFacts]) -> list[list[FileFacts]]:
-    """Files in time order, a new group whenever a rank repeats (two runs of the same steps)."""
+    """Files in time order, a new group whenever a rank repeats (two runs of the same steps), the
+    recorded windows do not meet (ranks of one job run the same step at the same time), or the file
+    cannot be of the group's job (:func:`same_job`)."""
     groups: list[list[FileFacts]] = []
     for f in sorted(files, key=lambda f: (f.time_ns or 0, f.name_time_ns or 0, str(f.path))):
-        if not groups or (f.rank is not None and f.rank in {g.rank for g in groups[-1]}):
+        if (not groups or (f.rank is not None and f.rank in {g.rank for g in groups[-1]})
+                or not _windows_meet(groups[-1], f) or not same_job(groups[-1][0], f)):
             groups.append([])
         groups[-1].append(f)
     return groups
@@ -122,8 +159,8 @@ def _by_steps(files: list[FileFacts]) -> list[list[FileFacts]]:
     return out
 
 
-def _shape_key(f: FileFacts) -> tuple[str, int, str]:
-    return (f.run_dir or "", f.world_size or 0, f.backend or "")
+def _shape_key(f: FileFacts) -> tuple[str, int, str, str]:
+    return (f.run_dir or "", f.world_size or 0, f.backend or "", f.device or "")
 
 
 def group_cycles(facts: list[FileFacts]) -> list[Cycle]:
@@ -141,13 +178,13 @@ def group_cycles(facts: list[FileFacts]) -> list[Cycle]:
         for ri, (_rd, cs) in enumerate(sorted(runs.items()), start=1):
             out.extend(Cycle(run=ri, cycle=c, files=fs, label_source="collect") for c, fs in cs)
         return _finish(out)
-    shapes: dict[tuple[str, int, str], list[FileFacts]] = {}
+    shapes: dict[tuple[str, int, str, str], list[FileFacts]] = {}
     for f in facts:
         shapes.setdefault(_shape_key(f), []).append(f)
-    # a file whose job shape is unknown joins the only known shape of its run folder, if there is one
+    # a file whose job shape is unknown joins the only known shape of its run folder (same GPU), if any
     for key in [k for k in shapes if k[1] == 0 and not k[2]]:
-        known = [k for k in shapes if k[0] == key[0] and k != key]
-        if len(known) == 1:
+        known = [k for k in shapes if k[0] == key[0] and k != key and (not key[3] or not k[3] or k[3] == key[3])]
+        if len(known) == 1 and all(same_job(shapes[known[0]][0], f) for f in shapes[key]):
             shapes[known[0]].extend(shapes.pop(key))
     groups: list[list[FileFacts]] = []
     for fs in shapes.values():
@@ -156,7 +193,7 @@ def group_cycles(facts: list[FileFacts]) -> list[Cycle]:
                                min((min(f.steps) for f in g if f.steps), default=0)))
     # runs: same shape and steps moving forward; a new shape or steps going backwards starts a run
     cycles: list[Cycle] = []
-    run_of_shape: dict[tuple[str, int, str], tuple[int, int, int]] = {}  # shape -> (run, last cycle, last step)
+    run_of_shape: dict[tuple[str, int, str, str], tuple[int, int, int]] = {}  # shape -> (run, last cycle, last step)
     next_run = 0
     for g in groups:
         shape = next((_shape_key(f) for f in g if f.world_size or f.backend), _shape_key(g[0]))
@@ -290,6 +327,9 @@ def select(files: Sequence[Path], want: str | None, warnings: list[str]) -> Sele
                 peek(min(c.files, key=lambda f: (f.rank if f.rank is not None else 1 << 30, str(f.path))))
         judge_warmup(cycles)
         _finish(cycles)  # world sizes the peeks found
+    jobs = distinct_jobs(cycles)
+    if len(jobs) > 1 and (want or "latest").strip().lower() in ("latest", "all"):
+        raise RankConflictError(_jobs_line(jobs))
     sel = choose(cycles, want)
     if len(cycles) > 1 and len(sel.chosen) == 1:
         runs = len({c.run for c in cycles})
@@ -300,6 +340,33 @@ def select(files: Sequence[Path], want: str | None, warnings: list[str]) -> Sele
     elif broken and sel.chosen:  # one cycle: the reader reports it as that cycle's missing rank
         sel.chosen[-1].files.extend(broken)
     return sel
+
+
+def distinct_jobs(cycles: list[Cycle]) -> list[list[Cycle]]:
+    """The runs grouped into jobs: runs whose files could be one job (:func:`same_job`: GPU model,
+    shape, model) are one job restarted or profiled again; others are different jobs."""
+    jobs: list[list[Cycle]] = []
+    for c in cycles:
+        rep = c.files[0]
+        home = next((j for j in jobs if same_job(j[0].files[0], rep)), None)
+        if home is None:
+            jobs.append([c])
+        else:
+            home.append(c)
+    return jobs
+
+
+def _jobs_line(jobs: list[list[Cycle]]) -> str:
+    """One line naming the jobs found and what to do."""
+    parts = []
+    for i, job in enumerate(jobs, start=1):
+        files = sorted(str(f.path.name) for c in job for f in c.files)
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        dev = job[0].files[0].device
+        parts.append(f"job {i}: {shown}" + (f" ({dev})" if dev else ""))
+    return (f"the files are {len(jobs)} different jobs (different GPUs, job shape, model or time): "
+            + "; ".join(parts) + ". Report each on its own (traceread report <its files>), or pick one with "
+            "--cycle RUN:N")
 
 
 def chosen_files(sel: Selection, order: Sequence[Path]) -> list[Path]:

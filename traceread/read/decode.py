@@ -1,7 +1,7 @@
 """Decode trace text into typed events (the bytes come from :mod:`traceread.read.inflate`).
 
 Why typed msgspec Structs: the decoder skips every field we do not keep (``Call stack``, python
-ids, memory-event payloads) without building Python objects for it, which is what makes a 50 MB
+ids, ``Ev Idx``) without building Python objects for it, which is what makes a 50 MB
 trace decode in a fraction of a second. Every failure becomes one :class:`TraceFileError` line
 naming the file and, when the decoder knows it, the byte offset.
 """
@@ -60,6 +60,13 @@ class Args(msgspec.Struct, gc=False):
     comms_id: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Comms Id")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    # ``[memory]`` instant events (``profile_memory=True``): one allocation (Bytes > 0) or free (< 0)
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    addr: Any = msgspec.field(default=None, name="Addr")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -77,6 +84,22 @@ class Event(msgspec.Struct, gc=False):
 
 
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+#: A JSON escape token, left to right: an escaped backslash (so ``\\\\ud800`` is text, not an escape),
+#: a UTF-16 surrogate pair, or a lone surrogate.
+_ESCAPE_TOKEN = re.compile(rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+_REPLACEMENT = rb"\ufffd"
+
+
+def fix_lone_surrogates(data: bytes | bytearray) -> bytes | bytearray:
+    """``data`` with every lone UTF-16 surrogate escape (``\\ud800`` without its pair) written as
+    U+FFFD. Python's own ``json`` writes and reads them; msgspec (strictly) refuses the whole
+    document, so one odd op name made the whole rank unreadable. Same length, so byte offsets hold;
+    ``data`` itself is returned when it holds no surrogate escape (the common case: one fast scan)."""
+    if _SURROGATE_HINT.search(data) is None:
+        return data
+    return _ESCAPE_TOKEN.sub(lambda m: _REPLACEMENT if len(m.group()) == 6 else m.group(), data)
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 
 

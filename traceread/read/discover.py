@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceread.read.names import NON_TRACE_DIRS, NON_TRACE_FILES, is_trace_name
+from traceread.read.names import NON_TRACE_DIRS, NON_TRACE_FILES, NOT_A_TRACE, is_foreign_name, is_trace_name
 from traceread.read.remote import find_remote, is_url
-
-#: How the decoder's message starts when a JSON file is not a trace (traceread.read.decode).
-NOT_A_TRACE = "not a Kineto trace"
 
 
 @dataclass
@@ -30,6 +27,11 @@ class Found:
     run_json: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # said as warnings (e.g. a Ray node that could not list)
+    reasons: dict[str, str] = field(default_factory=dict)  # why a ``missing`` entry is missing, when known
+
+    def why(self, missing: str) -> str:
+        """The one-line reason a ``missing`` entry gives (a URL that did not answer says so)."""
+        return self.reasons.get(missing, "no such file or folder")
 
     def skipped(self, f: Path, reason: str) -> bool:
         """Whether a file that failed to read is passed over with a note instead of counted as a
@@ -73,7 +75,7 @@ def find(paths: Sequence[str | Path], storage_options: dict[str, Any] | None = N
                 if mp.is_dir():
                     for f in _walk(mp):
                         add(f, explicit=False)
-                elif mp.is_file() and is_trace_name(mp.name):
+                elif mp.is_file() and (is_trace_name(mp.name) or is_foreign_name(mp.name)):
                     add(mp, explicit=True)
         else:
             found.missing.append(str(raw))
@@ -83,8 +85,8 @@ def find(paths: Sequence[str | Path], storage_options: dict[str, Any] | None = N
 def _walk(root: Path) -> list[Path]:
     out = []
     for f in sorted(root.rglob("*")):
-        if not f.is_file() or not is_trace_name(f.name):
-            continue
+        if not f.is_file() or not (is_trace_name(f.name) or is_foreign_name(f.name)):
+            continue  # another tool's file (Nsight, XPlane, Perfetto) is kept: the reader names it
         rel = f.relative_to(root)
         if f.name in NON_TRACE_FILES:
             continue

@@ -1,4 +1,4 @@
-"""Typed events -> the GPU, host and flow columns of :mod:`traceread.model`.
+"""Typed events -> the GPU, host, flow and memory columns of :mod:`traceread.model`.
 
 Events arrive in batches; each batch is partitioned by phase and category and every column is
 built with one list comprehension over its partition (much faster than appending row by row).
@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from traceread.errors import TraceFileError
-from traceread.model import COMM_ARGS, FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, empty_frame
+from traceread.model import COMM_ARGS, FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, MEMORY_SCHEMA, empty_frame
 from traceread.read.columns import (
     float_col,
     id_int,
@@ -56,6 +56,8 @@ GPU_KINDS: dict[str, str] = {
 }
 
 FLOW_PHASES = frozenset({"s", "f", "t"})
+#: Name of the allocator's instant events (``ph: i``) when ``profile_memory=True``.
+MEMORY_EVENT = "[memory]"
 _GPU_CATS = frozenset(GPU_KINDS)
 _EMPTY_ARGS = Args()
 # Comm columns whose type is text (the rest are ints).
@@ -78,17 +80,27 @@ def partition(
     return parts[0][0], parts[1][0], parts[2][0]
 
 
+def memory_events(events: list[Event], ph: pl.Series) -> list[Event]:
+    """The ``[memory]`` instant events of a batch: the name is read only on the (few) ``ph: i``
+    events, so traces without memory profiling pay one vectorised comparison."""
+    idx = np.flatnonzero((ph == "i").to_numpy())
+    if idx.size == 0:
+        return []
+    return [e for e in _take(events, idx) if e.name == MEMORY_EVENT]
+
+
 Part = tuple[list[Event], pl.Series | None]
 
 
 def partition_with_cats(
     events: list[Event], counts: Counter[str] | None = None
-) -> tuple[Part, Part, Part]:
+) -> tuple[Part, Part, Part, list[Event]]:
     """:func:`partition`, each part with its raw ``cat`` column (built here anyway, so the
-    frames need not build it again). The masks are computed by polars on two string columns
-    and the events gathered by index (C loops), not by a Python test per event."""
+    frames need not build it again), plus the ``[memory]`` events. The masks are computed by
+    polars on two string columns and the events gathered by index (C loops), not by a Python
+    test per event."""
     if not events:
-        return ([], None), ([], None), ([], None)
+        return ([], None), ([], None), ([], None), []
     ph = pl.Series("ph", [e.ph for e in events], dtype=pl.Utf8)
     cat = pl.Series("cat", [e.cat for e in events], dtype=pl.Utf8)
     if counts is not None:
@@ -103,7 +115,7 @@ def partition_with_cats(
     for mask in (is_x & is_gpu, is_x & ~is_gpu, is_flow):
         idx = np.flatnonzero(mask)
         out.append((_take(events, idx), cat.gather(idx)))
-    return out[0], out[1], out[2]
+    return out[0], out[1], out[2], memory_events(events, ph)
 
 
 def _take(items: list, idx: np.ndarray) -> list:
@@ -361,6 +373,35 @@ def finish_host(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return df.with_columns(pl.int_range(0, df.height, dtype=pl.Int64).alias("row"))
 
 
+def memory_frame(evs: list[Event]) -> pl.DataFrame:
+    """``[memory]`` rows of one batch (see :data:`traceread.model.MEMORY_SCHEMA`)."""
+    if not evs:
+        return empty_frame(MEMORY_SCHEMA)
+    a = _Columns([e.args if e.args is not None else _EMPTY_ARGS for e in evs])
+    cols = [
+        float_col("ts", [e.ts for e in evs]),
+        int_col("pid", [e.pid for e in evs], id_int),
+        int_col("tid", [e.tid for e in evs], id_int),
+        int_col("device_type", a["device_type"]),
+        int_col("device_id", a["device_id"]),
+        int_col("bytes", a["mem_bytes"]),
+        int_col("total_allocated", a["total_allocated"]),
+        int_col("total_reserved", a["total_reserved"]),
+        int_col("addr", a["addr"]),
+    ]
+    df = _conform(pl.DataFrame(cols), MEMORY_SCHEMA)
+    return df.filter(pl.col("ts").is_not_null())  # an instant without a time cannot be placed
+
+
+def finish_memory(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Batches -> one memory table sorted by ``ts`` (file order on ties)."""
+    kept = [p for p in parts if p.height]
+    parts.clear()
+    if not kept:
+        return empty_frame(MEMORY_SCHEMA)
+    return _sorted_by_ts(kept)
+
+
 _POINT_SCHEMA: dict[str, PolarsDataType] = {
     "ph": pl.Utf8,
     "kind": pl.Utf8,
@@ -430,9 +471,11 @@ __all__ = [
     "GPU_KINDS",
     "finish_gpu",
     "finish_host",
+    "finish_memory",
     "flow_points",
     "gpu_frame",
     "host_frame",
+    "memory_frame",
     "normalise_category",
     "pair_flows",
     "partition",

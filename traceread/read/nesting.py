@@ -2,8 +2,9 @@
 
 A single stack sweep over events sorted by (thread, start, longest first) is linear in the number
 of events. The rule for "inside": an event starting before the open event on top of the stack
-ends is its child. Starting-time containment (rather than requiring the child's end to be inside
-too) keeps trees intact when integer-µs traces round a child's end one µs past its parent.
+ends (by more than :data:`TOUCH_US`: float rounding of ``ts + dur``) is its child. Starting-time
+containment (rather than requiring the child's end to be inside too) keeps trees intact when
+integer-µs traces round a child's end one µs past its parent.
 
 Only ``cpu_op``, ``user_annotation`` and ``python_function`` events open a level. Other host
 events (``cuda_runtime`` launches, syncs, ...) are leaves: they get the innermost enclosing event
@@ -18,6 +19,9 @@ import numpy as np
 import polars as pl
 
 NESTING_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
+#: An event starting within this of the open event's end is its next sibling, not its child: ``ts +
+#: dur`` in float µs lands a few 1e-7 µs past a neighbour that starts exactly where it ends (1 ns).
+TOUCH_US = 1e-3
 
 
 def nest(host: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
@@ -93,7 +97,7 @@ def _sweep(
         if th != cur:
             cur = th
             stack.clear()
-        while stack and end[stack[-1]] <= s:
+        while stack and end[stack[-1]] <= s + TOUCH_US:
             pop()
         if stack:
             top = stack[-1]

@@ -6,21 +6,25 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
-from traceread.read.decode import Event, decode_all, decode_top
+from traceread.read.decode import Event, decode_all, decode_top, fix_lone_surrogates
 from traceread.read.events import (
     finish_gpu,
     finish_host,
+    finish_memory,
     flow_points,
     gpu_frame,
     host_frame,
+    memory_frame,
     pair_flows,
     partition_with_cats,
 )
+from traceread.read.foreign import foreign_format, is_foreign_name
 from traceread.read.inflate import uncompressed_chunks
 from traceread.read.links import link
 from traceread.read.meta import build_meta, top_values
@@ -38,14 +42,16 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
     :func:`traceread.read.inflate.max_rank_bytes`).
     """
     p = Path(path)
+    if is_foreign_name(p.name) and (other := foreign_format(p)) is not None:
+        raise TraceFileError(other.reason(), str(p))  # without reading a 2 GB Nsight report
     # The parse allocates millions of short-lived objects and no reference cycles: the cyclic
     # collector would only rescan them (measured 10-30% of the parse time).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         return _parse(p, max_rank_bytes)
-    except TraceFileError:
-        raise
+    except TraceFileError as exc:
+        raise _named(p, exc) from None
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:  # any surprise becomes the one-line file error
@@ -56,6 +62,14 @@ def parse_file(path: str | Path, *, max_rank_bytes: int | None = None) -> RankTr
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _named(p: Path, exc: TraceFileError) -> TraceFileError:
+    """The reader's failure, or the file named as the other tool's format it is (traceread.read.foreign)."""
+    if exc.message.startswith(("cannot open", "empty file")):
+        return exc
+    other = foreign_format(p)
+    return TraceFileError(other.reason(), exc.path) if other is not None else exc
 
 
 def parse_named(local: Path, name: str, *, max_rank_bytes: int | None = None) -> RankTrace:
@@ -93,7 +107,7 @@ def _parse(p: Path, max_rank_bytes: int | None) -> RankTrace:
 
 
 def _parse_whole(p: Path, data: bytearray) -> RankTrace:
-    top = decode_top(data, p)
+    top = decode_top(fix_lone_surrogates(data), p)
     keys = list(top)
     values = top_values(top)
     # One decoder call for the whole array (no per-event slices to cut first).
@@ -122,21 +136,25 @@ def _tabulate(
     """Batches of events -> the rank's tables; ``top`` gives the top-level values and keys once
     the events are consumed (a streamed file's trailing keys are known only then)."""
     counts: Counter[str] = Counter()
-    gpu_parts, host_parts, flow_parts = [], [], []
+    gpu_parts, host_parts, flow_parts, mem_parts = [], [], [], []
     for batch in batches:
-        (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat) = partition_with_cats(
+        (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat), mem_evs = partition_with_cats(
             batch, counts
         )
         del batch
         gpu_parts.append(gpu_frame(gpu_evs, p, gpu_cat))
         host_parts.append(host_frame(host_evs, p, host_cat))
         flow_parts.append(flow_points(flow_evs, flow_cat))
-        del gpu_evs, host_evs, flow_evs
+        if mem_evs:
+            mem_parts.append(memory_frame(mem_evs))
+        del gpu_evs, host_evs, flow_evs, mem_evs
     values, keys = top()
+    refuse_export(values, p)
     gpu = finish_gpu(gpu_parts)
     host = finish_host(host_parts)
     flows = pair_flows(flow_parts)
-    del gpu_parts, host_parts, flow_parts
+    memory = finish_memory(mem_parts)
+    del gpu_parts, host_parts, flow_parts, mem_parts
     host, op_anc = nest(host)
     gpu = link(gpu, host, op_anc)
     meta = build_meta(values, keys, gpu, dict(counts))
@@ -148,9 +166,21 @@ def _tabulate(
         host=host,
         steps=steps_frame(host),
         flows=flows,
+        memory=memory,
     )
     identify(rt, single=True)
     return rt
+
+
+def refuse_export(top: dict[str, Any], p: Path) -> None:
+    """A timeline written by ``traceread export`` (every rank merged, ``otherData.generator`` says so)
+    is not one rank's trace: counted as one, an export saved into the run folder became an extra rank
+    of the next report (and of the next export, which doubled in size)."""
+    other = top.get("otherData")
+    generator = other.get("generator") if isinstance(other, dict) else None
+    if isinstance(generator, str) and generator.startswith("traceread"):
+        raise TraceFileError("not a Kineto trace: a timeline written by traceread export (every rank merged), "
+                             "not one rank's trace", str(p))
 
 
 def steps_frame(host: pl.DataFrame) -> pl.DataFrame:

@@ -10,7 +10,7 @@ durations, the first step's epoch time (``baseTimeNanoseconds`` + ``ts``) and st
 from __future__ import annotations
 
 import functools
-import json
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ import msgspec
 
 from traceread.errors import TraceFileError
 from traceread.read.discover import NOT_A_TRACE
+from traceread.read.jsonfile import read_json_value
 from traceread.read.ranks import rank_from_name
 from traceread.read.warmup import NOT_STARTUP_CATS
 
@@ -45,6 +46,10 @@ class FileFacts:
     warm_names: dict[str, float] = field(default_factory=dict)  # start-up event name -> total µs
     peeked: bool = False
     unreadable: str | None = None  # why the peek could not decode it (one line)
+    device: str | None = None  # deviceProperties names, sorted and joined (the GPU model the job ran on)
+    distributed: bool | None = None  # distributedInfo present (torch.distributed was initialised)
+    end_ns: int | None = None  # epoch ns of its last recorded event
+    sketch: tuple[int, ...] = ()  # bottom-k hashes of its kernel (else operator) names: which model ran
 
     @property
     def time_ns(self) -> int | None:
@@ -81,7 +86,7 @@ def _run_dir(path: Path) -> str | None:
 @functools.lru_cache(maxsize=256)
 def _per_host(run_json: Path) -> bool:
     try:
-        doc = json.loads(run_json.read_text(encoding="utf-8"))
+        doc = read_json_value(run_json)
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and doc.get("layout") == "per-host"
@@ -107,7 +112,23 @@ def _top_value(top: dict[str, msgspec.Raw], key: str) -> Any:
 #: Peeks already made in this process, by (path, size, mtime): ``--cycle all`` chooses files once
 #: per cycle and must not decode every file each time. Small (a few numbers and names per file).
 _PEEKED: dict[tuple[str, int, int], dict[str, Any]] = {}
-_PEEK_FIELDS = ("rank", "world_size", "backend", "start_ns", "steps", "warm_names", "unreadable")
+_PEEK_FIELDS = ("rank", "world_size", "backend", "start_ns", "steps", "warm_names", "unreadable", "device",
+                "distributed", "end_ns", "sketch")
+#: Hashes kept per file to compare the models two files ran (a bottom-k sketch of the name set).
+SKETCH_K = 64
+
+
+def _name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).digest(), "big")
+
+
+def sketch_similarity(a: tuple[int, ...], b: tuple[int, ...]) -> float | None:
+    """Estimated Jaccard similarity of the name sets two bottom-k sketches stand for (None: unknown)."""
+    if not a or not b:
+        return None
+    union = sorted(set(a) | set(b))[:SKETCH_K]
+    both = set(a) & set(b)
+    return sum(1 for h in union if h in both) / len(union)
 
 
 def peek(facts: FileFacts) -> FileFacts:
@@ -132,14 +153,20 @@ def peek(facts: FileFacts) -> FileFacts:
 
 
 def _scan(batch: list[Any], steps: dict[int, float], warm: dict[str, float], first_ts: float | None,
-          warmup_event: Any) -> float | None:
+          warmup_event: Any, names: dict[str, set[str]], span: list[float]) -> float | None:
     """One batch of events into the peek: ProfilerStep durations, warm-up event names, first step
-    start (returned)."""
+    start (returned), kernel and operator names (``names``), first and last event time (``span``)."""
     for e in batch:
         name = e.name
         if not isinstance(name, str) or e.ph != "X" or not isinstance(e.ts, (int, float)):
             continue
         dur = float(e.dur) if isinstance(e.dur, (int, float)) else 0.0
+        if e.cat in ("kernel", "Kernel"):
+            names["kernel"].add(name)
+        elif e.cat in ("cpu_op", "Operator"):
+            names["op"].add(name)
+        span[0] = min(span[0], float(e.ts))
+        span[1] = max(span[1], float(e.ts) + dur)
         m = _STEP_RE.match(name) if name.startswith("ProfilerStep#") else None
         if m and e.cat != "gpu_user_annotation":
             step = int(m.group(1))
@@ -162,9 +189,11 @@ def _peek_file(facts: FileFacts) -> None:
     steps: dict[int, float] = {}
     warm: dict[str, float] = {}
     first_ts: float | None = None
+    names: dict[str, set[str]] = {"kernel": set(), "op": set()}
+    span = [float("inf"), float("-inf")]
     try:
         for batch in stream:
-            first_ts = _scan(batch, steps, warm, first_ts, warmup_event)
+            first_ts = _scan(batch, steps, warm, first_ts, warmup_event, names, span)
     except TraceFileError as exc:
         facts.unreadable = exc.message
         return
@@ -174,8 +203,19 @@ def _peek_file(facts: FileFacts) -> None:
     if "traceEvents" not in stream.top:
         facts.unreadable = f"{NOT_A_TRACE}: no traceEvents"
         return
+    other = _top_value(stream.top, "otherData")
+    if isinstance(other, dict) and str(other.get("generator") or "").startswith("traceread"):
+        facts.unreadable = f"{NOT_A_TRACE}: a timeline written by traceread export (every rank merged)"
+        return
     dist_v = _top_value(stream.top, "distributedInfo")
     dist = dist_v if isinstance(dist_v, dict) else {}
+    facts.distributed = isinstance(dist_v, dict)
+    props = _top_value(stream.top, "deviceProperties")
+    gpus = sorted({str(p.get("name")).strip() for p in props if isinstance(p, dict) and str(p.get("name") or "").strip()}) \
+        if isinstance(props, list) else []
+    facts.device = ", ".join(gpus) or None
+    which = names["kernel"] or names["op"]
+    facts.sketch = tuple(sorted(_name_hash(n) for n in which)[:SKETCH_K])
     for key, attr in (("rank", "rank"), ("world_size", "world_size")):
         v = dist.get(key)
         if isinstance(v, int) and not isinstance(v, bool):
@@ -191,3 +231,11 @@ def _peek_file(facts: FileFacts) -> None:
             facts.start_ns = base + int(first_ts * 1000)
         elif first_ts > 1e15:  # old traces: ts is epoch µs
             facts.start_ns = int(first_ts * 1000)
+    if span[1] > span[0]:
+        if base is not None:
+            facts.end_ns = base + int(span[1] * 1000)
+        elif span[1] > 1e15:
+            facts.end_ns = int(span[1] * 1000)
+        if facts.start_ns is None:  # no steps: the first event starts the window
+            facts.start_ns = (base + int(span[0] * 1000)) if base is not None else \
+                (int(span[0] * 1000) if span[0] > 1e15 else None)

@@ -6,7 +6,10 @@ names), then, for a single file, 0. Several files without any rank evidence get 
 sorted path order, with a warning, because nothing better is known.
 
 Mixed jobs are refused rather than silently analysed together: two files claiming one rank, or
-files that disagree on world size / backend / NCCL version, or a rank outside the world size.
+files that disagree on world size / backend / NCCL version, files on different GPU models that
+torch does not call one job (no common world size), or a rank outside the world size. Files whose
+names do not decide are grouped into jobs first (:mod:`traceread.read.cycles`: time, GPU model,
+job shape, the model's kernel names).
 """
 
 from __future__ import annotations
@@ -97,9 +100,23 @@ def check_one_job(traces: list[RankTrace]) -> None:
         if len(seen) > 1:
             parts = "; ".join(f"{f} has {label} {v}" for v, f in seen.items())
             raise RankConflictError(f"files from different jobs: {parts}")
+    # different GPU models are different jobs, unless torch says they are one (same world size)
+    gpus: dict[str, str] = {}
     for rt in traces:
-        ws = rt.meta.world_size
+        if rt.meta.device_name:
+            gpus.setdefault(rt.meta.device_name, rt.file)
+    all_sizes = {rt.meta.world_size for rt in traces}
+    if len(gpus) > 1 and (None in all_sizes or len(all_sizes) > 1):
+        parts = "; ".join(f"{f} ran on {d}" for d, f in gpus.items())
+        raise RankConflictError(f"files from different jobs: {parts}")
+    sizes = {rt.meta.world_size for rt in traces if rt.meta.world_size is not None}
+    job_world = sizes.pop() if len(sizes) == 1 else None
+    for rt in traces:
+        ws = rt.meta.world_size if rt.meta.world_size is not None else job_world
         if ws is not None and not 0 <= rt.rank < ws:
+            how = {"unknown": " (given by file order: the file names no rank and has no distributedInfo)",
+                   "filename": " (from the file name)"}.get(rt.meta.rank_source or "", "")
             raise RankConflictError(
-                f"rank {rt.rank} is outside world size {ws}", rt.file
+                f"rank {rt.rank}{how} is outside world size {ws}"
+                + ("" if rt.meta.world_size is not None else " (the other files' distributedInfo)"), rt.file
             )

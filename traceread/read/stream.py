@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from traceread.errors import TraceFileError
-from traceread.read.decode import Event, decode_top, first_json_char, json_problem
+from traceread.read.decode import Event, decode_top, first_json_char, fix_lone_surrogates, json_problem
 from traceread.read.inflate import human_bytes
 
 #: Text decoded per batch (about 15-30 thousand events): large enough that the per-batch work is
@@ -97,7 +97,7 @@ class EventStream:
         while True:
             for m in _TRACE_EVENTS.finditer(self._buf, max(0, searched - 64)):
                 try:
-                    self.top = _TOP_DECODER.decode(bytes(self._buf[: m.end()]) + b"]}")
+                    self.top = _TOP_DECODER.decode(fix_lone_surrogates(bytes(self._buf[: m.end()]) + b"]}"))
                 except msgspec.DecodeError:
                     continue  # the words sit inside a string or a nested value
                 return m.end()
@@ -146,7 +146,7 @@ class EventStream:
             cuts = [m.start() for m in _BOUNDARY.finditer(buf, lo)]
         self._scanned = len(buf)
         for tries, at in enumerate(reversed(cuts)):
-            doc = b"[" + bytes(buf[start : at + 1]) + b"]"
+            doc = fix_lone_surrogates(b"[" + bytes(buf[start : at + 1]) + b"]")
             try:
                 events = _EVENTS_DECODER.decode(doc)
             except msgspec.ValidationError as exc:
@@ -162,7 +162,7 @@ class EventStream:
     def _tail(self, start: int) -> Iterator[list[Event]]:
         """The events after the last cut, the end of the array and the keys after it."""
         prefix = b'{"traceEvents":['
-        doc = prefix + bytes(self._buf[start:])
+        doc = fix_lone_surrogates(prefix + bytes(self._buf[start:]))
         try:
             tail = _TOP_DECODER.decode(doc)
         except msgspec.DecodeError as exc:

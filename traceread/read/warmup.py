@@ -25,6 +25,9 @@ from typing import Any
 
 #: First step / median of the others at or above which the first step counts as warm-up.
 FIRST_STEP_RATIO = 1.5
+#: Start-up events shorter than this in total are not evidence: a 0.0 ms ``_lazy_init`` is the
+#: "already initialised" check every CUDA call makes, not initialisation.
+MIN_STARTUP_US = 1000.0
 
 #: Names of one-time start-up work (compilation, autotuning, lazy initialisation).
 WARMUP_PATTERNS = (
@@ -93,6 +96,7 @@ def judge(step_us: Sequence[float], startup: Mapping[str, float]) -> Verdict:
         if ratio is not None and ratio >= FIRST_STEP_RATIO:
             reasons.append(f"first recorded step takes {ratio:.1f}x the median of the others "
                            f"({steps[0] / 1e3:.1f} ms vs {rest / 1e3:.1f} ms)")
+    startup = {n: d for n, d in startup.items() if d >= MIN_STARTUP_US}
     names = sorted(startup, key=lambda n: -startup[n])
     longest = float(max(startup.values(), default=0.0))  # spans nest (compile_inner holds the rest): no sum
     if names:
@@ -103,11 +107,16 @@ def judge(step_us: Sequence[float], startup: Mapping[str, float]) -> Verdict:
 
 
 def report_step_us(ranks: Sequence[Mapping[str, Any]]) -> list[float]:
-    """The job's step durations in step order: per step number, the median over ranks."""
+    """The job's step durations in step order: per step number, the median over ranks. Serving
+    iterations are compared only with iterations of the first one's kind (a prefill is longer than
+    a decode by nature, not because it warms up)."""
     by_step: dict[int, list[float]] = {}
+    kind: dict[int, object] = {}
     for r in ranks:
         for s in r.get("steps") or []:
             d = s.get("duration_us")
             if d is not None and s.get("step") is not None:
                 by_step.setdefault(int(s["step"]), []).append(float(d))
-    return [median(v) for _, v in sorted(by_step.items())]
+                kind.setdefault(int(s["step"]), s.get("iteration"))
+    first = kind[min(kind)] if kind else None
+    return [median(v) for k, v in sorted(by_step.items()) if kind.get(k) == first]

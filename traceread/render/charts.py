@@ -15,7 +15,17 @@ from typing import Any
 
 from traceread.build.explain import bus_factor
 from traceread.build.queries import coll_time, n_steps, per_step, step_us
+from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.report_schema import LEDGER_CATEGORIES, RankEntry, Report
+
+PIPELINE_WORDS = {"fwd": "forward", "bwd": "backward", "p2p": "send/recv", "idle": "idle", "other": "other"}
+
+
+def _words(category: str) -> str:
+    """A step-timeline category in words: ``comm dp`` → ``comm (dp group)``."""
+    if category.startswith("comm ") and not category.endswith("group"):
+        return f"comm ({category[5:]} group)" if category[5:] in ("dp", "fsdp", "tp", "pp", "cp", "ep") else category
+    return category
 
 Figure = dict[str, Any]
 MAX_LANES = 32
@@ -34,10 +44,20 @@ def short(text: Any, n: int = 60) -> str:
     return label(s if len(s) <= n else s[: n - 1] + "…")
 
 
+#: Legend of every chart: a column right of the plot, below the title row. The title (top left)
+#: and the mode bar (top right, shown on hover only) share the top margin; the legend never enters
+#: it, so nothing overlaps whatever the labels (tests/test_browser.py measures it).
+LEGEND = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top", "bgcolor": "rgba(255,255,255,0)",
+          "font": {"size": 11}}
+#: Log axes write 10⁻⁶, never SI prefixes ("1µ TFLOP/s").
+LOG_AXIS = {"type": "log", "exponentformat": "power", "showexponent": "all", "dtick": 1}
+
+
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
-    base = {"title": {"text": title, "x": 0.0}, "margin": {"l": 70, "r": 20, "t": 40, "b": 50},
-            "height": 360, "template": None,
-            "legend": {"orientation": "h", "y": 1.0, "x": 1.0, "xanchor": "right", "yanchor": "bottom"},
+    base = {"title": {"text": title, "x": 0.0, "xanchor": "left", "y": 1.0, "yanchor": "top", "yref": "container",
+                      "pad": {"t": 8}, "font": {"size": 14}},
+            "margin": {"l": 70, "r": 20, "t": 48, "b": 50},
+            "height": 360, "legend": dict(LEGEND), "template": None,
             "font": {"family": "system-ui, sans-serif", "size": 12}}
     base.update(kw)
     return base
@@ -63,18 +83,31 @@ def pick_lanes(report: Report, limit: int = MAX_LANES) -> list[RankEntry]:
 def breakdown_figure(report: Report) -> tuple[Figure | None, str | None]:
     """Per-rank stacked bars: compute + exposed comm + exposed memcpy + idle = mean step time (each a
     mean over the rank's step entries, whose parts add up to each step)."""
-    ranks = [r for r in report.get("ranks") or [] if r.get("window_us") is not None]
+    ranks = [r for r in report.get("ranks") or [] if r.get("compute_us") is not None]
+    parts: tuple[tuple[str, str], ...] = (("compute", "compute_us"), ("exposed comm", "exposed_comm_us"),
+                                          ("exposed memcpy", "exposed_memcpy_us"), ("idle", "idle_us"))
+    what = "Where each rank's step goes (mean per step)"
+    if not ranks:  # CPU-only ranks (gloo on CPU): the host's split of each step
+        ranks = [r for r in report.get("ranks") or [] if per_step(r, "cpu_compute_us") is not None]
+        parts = (("compute", "cpu_compute_us"), ("exposed comm", "cpu_exposed_comm_us"),
+                 ("overlapped comm", "_overlapped"), ("idle", "cpu_idle_us"))
+        what = "Where each rank's step goes on the CPU (mean per step; no GPU in the trace)"
     if not ranks:
-        return None, "No rank has a GPU time window (CPU-only or empty traces)."
+        return None, "no rank has a step breakdown (empty traces)"
     x = [f"r{r['rank']}" for r in ranks]
     data = []
-    for name, field in (("compute", "compute_us"), ("exposed comm", "exposed_comm_us"),
-                        ("exposed memcpy", "exposed_memcpy_us"), ("idle", "idle_us")):
-        y = [(per_step(r, field) or 0.0) / 1000.0 for r in ranks]
-        data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": COLORS[name]},
+    for name, field in parts:
+        if field == "_overlapped":
+            y = [((per_step(r, "cpu_comm_us") or 0.0) - (per_step(r, "cpu_exposed_comm_us") or 0.0)) / 1000.0 for r in ranks]
+        else:
+            y = [(per_step(r, field) or 0.0) / 1000.0 for r in ranks]
+        if not any(y):
+            continue
+        data.append({"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": COLORS.get(name, "#72B7B2")},
                      "hovertemplate": "%{x}: %{y:.2f} ms<extra>" + name + "</extra>"})
-    return {"data": data, "layout": _layout("Where each rank's step goes (mean per step)", barmode="stack",
-                                            yaxis={"title": {"text": "ms per step"}},
+    if not data:
+        return None, "every part of the step is zero"
+    return {"data": data, "layout": _layout(what, barmode="stack", yaxis={"title": {"text": "ms per step"}},
                                             xaxis={"type": "category"})}, None
 
 
@@ -148,7 +181,7 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
                 d["y"].append(idx[ln])
         for c in sorted(by_cat, key=cats.index):
             d = by_cat[c]
-            data.append({"type": "bar", "orientation": "h", "name": label(c), "legendgroup": label(c),
+            data.append({"type": "bar", "orientation": "h", "name": label(_words(c)), "legendgroup": label(c),
                          "showlegend": c not in shown, "x": d["x"], "base": d["base"], "y": d["y"], "width": 0.8,
                          "xaxis": "x" + ax, "yaxis": "y" + ax, "marker": {"color": timeline_color(c, comm_order),
                                                                           "line": {"width": 0}},
@@ -156,21 +189,15 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
             shown.add(c)
         crit = [c for c in p.get("critical") or [] if (c["rank"], c["stream"]) in idx]
         if crit:
-            # one line per process group (None breaks the line): who held up whom, collective by collective
-            xs: list[float | None] = []
-            ys: list[int | None] = []
-            for pg in sorted({c["pg"] for c in crit}):
-                if xs:
-                    xs.append(None)
-                    ys.append(None)
-                for c in (c for c in crit if c["pg"] == pg):
-                    xs.append(round(c["t"] / 1000.0, 3))
-                    ys.append(idx[(c["rank"], c["stream"])])
-            data.append({"type": "scatter", "mode": "lines+markers", "name": "critical path (last arrival)",
-                         "legendgroup": "critical", "showlegend": "critical" not in shown, "x": xs, "y": ys,
-                         "xaxis": "x" + ax, "yaxis": "y" + ax, "line": {"color": "#000", "width": 1},
-                         "marker": {"size": 5, "color": "#000"}, "connectgaps": False,
-                         "hovertemplate": "last arrival at %{x:.3f} ms<extra></extra>"})
+            # a marker where each collective's last rank arrived (everyone else waited for it): no lines
+            # between lanes, which zigzag unreadably across the lanes of a 3-d job
+            data.append({"type": "scatter", "mode": "markers", "name": "last arrival (critical path)",
+                         "legendgroup": "critical", "showlegend": "critical" not in shown,
+                         "x": [round(c["t"] / 1000.0, 3) for c in crit], "y": [idx[(c["rank"], c["stream"])] for c in crit],
+                         "text": [f"rank {c['rank']}, process group {label(c['pg'])}" for c in crit],
+                         "xaxis": "x" + ax, "yaxis": "y" + ax,
+                         "marker": {"size": 8, "color": "#000", "symbol": "triangle-down", "line": {"width": 0}},
+                         "hovertemplate": "%{text} arrived last at %{x:.3f} ms<extra></extra>"})
             shown.add("critical")
         bottom = top - (1.0 - gap_frac * (n - 1)) * len(lanes) / total
         layout_axes["xaxis" + ax] = {"anchor": "y" + ax, "title": {"text": "ms from the step's first GPU start"},
@@ -180,14 +207,12 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
                                      "ticktext": [f"r{r} GPU" if s == -1 else f"r{r} s{s}" for r, s in lanes]}
         step_ms = float(p.get("step_us") or p["duration_us"]) / 1000.0
         annotations.append({"text": f"{label(p['label'])} {p['step']}: {step_ms:.2f} ms (slowest rank's step time)",
-                            "xref": "paper", "yref": "paper", "x": 1, "xanchor": "right", "y": top, "yanchor": "bottom",
+                            "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": top, "yanchor": "bottom",
                             "showarrow": False, "font": {"size": 13}})
         top = bottom - gap_frac
     note = f" ({label(tl['note'])})" if tl.get("note") else ""
     layout = _layout("Real step timeline on one clock" + note, barmode="overlay", bargap=0.25, annotations=annotations,
-                     height=max(320, 15 * total + 150 * n + 60), **layout_axes, margin={"l": 70, "r": 20, "t": 110, "b": 50},
-                     legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"})
-    layout["title"].update(y=0.995, yanchor="top", yref="container")
+                     height=max(320, 15 * total + 150 * n + 60), **layout_axes, margin={"l": 70, "r": 20, "t": 90, "b": 50})
     return {"data": data, "layout": layout}, None
 
 
@@ -273,10 +298,9 @@ def roofline_figure(report: Report) -> tuple[Figure | None, str | None]:
                      "y": [o["achieved_tflops"] for o in sel], "text": [short(o["name"]) for o in sel],
                      "marker": {"color": color, "size": [8 + 22 * (float(o.get("time_us") or 0) / tmax) ** 0.5 for o in sel]},
                      "hovertemplate": "%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>"})
-    title = f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}"
-    return {"data": data, "layout": _layout(title, height=420,
-                                            xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
-                                            yaxis={"type": "log", "title": {"text": "TFLOP/s"}})}, None
+    return {"data": data, "layout": _layout(f"Roofline: {label(r.get('device') or '')} {label(r.get('precision') or '')}",
+                                            height=420, xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+                                            yaxis={**LOG_AXIS, "title": {"text": "TFLOP/s"}})}, None
 
 
 def pipeline_figure(report: Report) -> tuple[Figure | None, str | None]:
@@ -292,11 +316,11 @@ def pipeline_figure(report: Report) -> tuple[Figure | None, str | None]:
             sel = [b for b in tl if (b.get("kind") or "other") == kind]
             if not sel:
                 continue
-            data.append({"type": "bar", "orientation": "h", "name": kind,
+            data.append({"type": "bar", "orientation": "h", "name": PIPELINE_WORDS.get(kind, kind),
                          "x": [(b["end_us"] - b["start_us"]) / 1000.0 for b in sel],
                          "base": [(b["start_us"] - t0) / 1000.0 for b in sel],
                          "y": [f"stage {b['stage']}" for b in sel], "marker": {"color": COLORS.get(kind, "#999")},
-                         "hovertemplate": "%{y}: %{base:.2f}+%{x:.2f} ms<extra>" + kind + "</extra>"})
+                         "hovertemplate": "%{y}: %{base:.2f}+%{x:.2f} ms<extra>" + PIPELINE_WORDS.get(kind, kind) + "</extra>"})
         return {"data": data, "layout": _layout("Pipeline schedule (gaps are the bubble)", barmode="overlay",
                                                 height=max(220, 40 * int(p.get("stages") or 1) + 120),
                                                 xaxis={"title": {"text": "ms"}},
@@ -358,11 +382,11 @@ def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
     for cat in LEDGER_CATEGORIES:
         y = [t.get(cat, 0.0) / 1000.0 for _, t in cols]
         if any(y):
-            data.append({"type": "bar", "name": cat, "x": x, "y": y, "marker": {"color": LEDGER_COLORS[cat]},
-                         "hovertemplate": "%{x}: %{y:.3f} ms<extra>" + cat + "</extra>"})
+            data.append({"type": "bar", "name": CATEGORY_WORDS[cat], "x": x, "y": y, "marker": {"color": LEDGER_COLORS[cat]},
+                         "hovertemplate": "%{x}: %{y:.3f} ms<extra>" + CATEGORY_WORDS[cat] + "</extra>"})
     n = len(report.get("ranks") or [])
     title = f"Step ledger of step {led.get('step')}: the job and each rank" + (
-        f" ({len(ranks)} of {n} ranks shown)" if len(ranks) < n else "")
+        f" ({len(ranks)} of {n} shown)" if len(ranks) < n else "")
     return {"data": data, "layout": _layout(title, barmode="stack", yaxis={"title": {"text": "ms"}},
                                             xaxis={"type": "category"})}, None
 

@@ -41,6 +41,10 @@ STABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "Coverage": ("explained_us", "step_us"),
     "Layout": ("degrees", "groups"),
     "LayoutGroup": ("pg", "desc", "role", "size", "ranks", "nodes", "evidence"),
+    "Memory": ("ranks", "peak_rank", "peak_allocated_bytes", "median_peak_allocated_bytes", "imbalance_bytes",
+               "leak_ranks", "model", "snapshots"),
+    "MemoryRank": ("rank", "device", "peak_allocated_bytes", "peak_reserved_bytes", "headroom_bytes", "peak_step",
+                   "peak_phase", "peak_operator", "fragmentation_bytes", "growth_per_step_bytes", "leak"),
 }
 
 _TYPED_DICTS: dict[str, type] = {

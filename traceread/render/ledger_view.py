@@ -26,6 +26,8 @@ STYLE: dict[str, tuple[str, str, str]] = {
     "idle_other": (".", "other idle", "white"),
 }
 BAR_WIDTH = 60
+#: Each category in words, for every view (the document's ids are for programs).
+CATEGORY_WORDS: dict[str, str] = {c: label for c, (_glyph, label, _colour) in STYLE.items()}
 
 
 def by_category(parts: list[LedgerPart]) -> dict[str, float]:
@@ -55,7 +57,7 @@ def bar_text(totals: dict[str, float], width: int = BAR_WIDTH) -> str:
 def legend(totals: dict[str, float]) -> str:
     """``C compute-bound 30.1 ms · W comm wait 3.0 ms · ...`` biggest first."""
     items = sorted(totals.items(), key=lambda kv: -kv[1])
-    return " · ".join(f"{STYLE[c][0]} {STYLE[c][1]} {ms(v)}" for c, v in items)
+    return " · ".join(f"{STYLE[c][0]} {STYLE[c][1]} {ms(v)}" for c, v in items if v > 0)
 
 
 def coverage_line(report: Report) -> str | None:
@@ -63,17 +65,33 @@ def coverage_line(report: Report) -> str | None:
     if not cov or not cov.get("step_us"):
         return None
     e, s = float(cov["explained_us"]), float(cov["step_us"])
-    return f"Findings account for {e / 1000:.1f} of {s / 1000:.1f} ms per step ({100 * e / s:.0f}%)."
+    over = f" over {cov['steps']} steps" if cov.get("steps") else ""
+    return f"Findings account for {ms(e)} of {ms(s)} per step ({100 * e / s:.0f}%){over}."
+
+
+def title_line(report: Report) -> str:
+    """What the job bars are: the window (every recorded step) and its median step."""
+    w = (report.get("ledger") or {}).get("window")
+    if not w:
+        return "Step ledger — where the median step's time goes (docs/ledger.md)"
+    return (f"Window ledger — where the time of the {w['steps']} recorded steps goes ({ms(w['total_us'])}, "
+            f"mean step {ms(w['mean_step_us'])}, median step {ms(w['median_step_us'])}; docs/ledger.md)")
 
 
 def job_lines(report: Report) -> list[tuple[str, dict[str, float]]]:
-    """(caption, totals) of the job's bar, and a note on the late ranks the critical path followed."""
+    """(caption, totals) of the job's bars: the window per step on average, then its median step."""
     led = report.get("ledger")
     if not led:
         return []
     crit = led.get("critical_rank")
-    caption = f"job (step {led.get('step')}, critical rank {crit}, {ms(led.get('step_us'))})"
-    return [(caption, by_category(led.get("parts") or []))]
+    out = []
+    w = led.get("window")
+    if w and w.get("steps"):
+        per = {c: v / w["steps"] for c, v in by_category(w.get("parts") or []).items()}
+        out.append((f"window, per step ({ms(w['mean_step_us'])})", per))
+    caption = f"median step {led.get('step')} (critical rank {crit}, {ms(led.get('step_us'))})"
+    out.append((caption, by_category(led.get("parts") or [])))
+    return out
 
 
 def followed_note(report: Report) -> str | None:

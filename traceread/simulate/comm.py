@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from traceread.simulate.devices import INTER_NODE_BUSBW_GBS
-from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, RankCtx, comms_id
+from traceread.simulate.schedule import CommInfo, GpuOp, HostCollective, KernelSpec, RankCtx, comms_id
 
 DTYPE = "BFloat16"
 BPE = 2
@@ -28,9 +28,10 @@ class ProcessGroup:
     stream: int
     role: str = "other"  # layout truth: what the scenario uses the group for (dp, fsdp, tp, pp, ep, ...)
     evidence: str = ""  # layout truth: how the group behaves (what an analysis can see)
+    backend: str = "cuda:nccl"  # distributedInfo backend_config ("cpu:gloo,cuda:gloo": collectives on the host)
 
     def config(self) -> dict[str, object]:
-        return {"pg_name": self.name, "pg_desc": self.desc, "backend_config": "cuda:nccl",
+        return {"pg_name": self.name, "pg_desc": self.desc, "backend_config": self.backend,
                 "pg_size": len(self.ranks), "ranks": list(self.ranks)}
 
     def group_rank(self, rank: int) -> int:
@@ -41,6 +42,7 @@ _OPS = {
     "allreduce": ("c10d::allreduce_", "AllReduce_Sum_bf16", 2.0),
     "_allgather_base": ("c10d::_allgather_base_", "AllGather", 1.0),
     "_reduce_scatter_base": ("c10d::_reduce_scatter_base_", "ReduceScatter_Sum_bf16", 1.0),
+    "broadcast": ("c10d::broadcast_", "Broadcast", 1.0),
 }
 
 
@@ -75,7 +77,7 @@ def collective(ctx: RankCtx, pg: ProcessGroup, coll: str, nelems: int, *, waits:
     """
     op_name, kname, factor = _OPS[coll]
     n = len(pg.ranks)
-    if coll == "allreduce":
+    if coll in ("allreduce", "broadcast"):
         in_n = out_n = nelems
     elif coll == "_allgather_base":
         in_n, out_n = nelems // n, nelems
@@ -191,3 +193,20 @@ def comm_args(info: CommInfo, rank: int) -> dict[str, object]:
         args["Dst Rank"] = info.dst_rank
     return args
 
+
+
+#: Host-side all-reduce bandwidth of gloo over TCP (GB/s, bytes / ns): far below NVLink.
+GLOO_GBS = 2.0
+
+
+def gloo_allreduce(ctx: RankCtx, pg: ProcessGroup, nelems: int) -> HostCollective:
+    """``dist.all_reduce`` on a gloo group (tensor on the host): ``c10d::allreduce_`` issued on the
+    current thread, the ring run by a gloo worker thread (a ``gloo:all_reduce`` annotation); to be
+    yielded, the host waits for it (``work.wait()``). Transfer ``2(n−1)/n · S / GLOO_GBS``."""
+    n = len(pg.ranks)
+    seq = ctx.next_coll_seq(pg.name)
+    transfer = 50_000 + int(nelems * BPE * 2.0 * (n - 1) / n / GLOO_GBS)
+    with ctx.op("c10d::allreduce_", dims=[[nelems], [], []], types=["c10::BFloat16", "", "Int"], pre=8_000,
+                post=4_000):
+        pass
+    return ctx.host_collective(("gloo", pg.name, seq), n, pg.name, "gloo:all_reduce", transfer, ctx.main_tid + 11)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.simulate.comm import ProcessGroup, comm_args
+from traceread.simulate.memory import memory_event_json
 from traceread.simulate.schedule import MAX_GPUS_PER_MACHINE, GpuOp, HostEvent, RankCtx
 
 #: ``baseTimeNanoseconds`` (a trimonth boundary, as Kineto floors it) and the trace-clock origin
@@ -46,7 +47,7 @@ def _gpu(op: GpuOp, device: int, off: int) -> dict[str, Any]:
             "grid": list(op.grid), "block": list(op.block),
             "est. achieved occupancy %": op.stats.occupancy_pct,
         })
-        if op.comm is not None:
+        if op.comm is not None and op.comm.recorded:
             args.update(comm_args(op.comm, op.rank))
         cat = "kernel"
     else:
@@ -70,6 +71,8 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
     events: list[dict[str, Any]] = []
     host = sorted(ctx.events, key=lambda e: (e.ts, -e.dur))
     events += [_host(e, pid, off) for e in host]
+    if ctx.mem is not None:  # --memory: the allocator's instant events (profile_memory=True)
+        events += [memory_event_json(ev, pid, dev_id, _t(ev.ts + off), i) for i, ev in enumerate(ctx.mem.events)]
     gpu = sorted(ctx.gpu, key=lambda o: (o.start, o.stream))
     events += [_gpu(o, dev_id, off) for o in gpu]
     flows: list[dict[str, Any]] = []
@@ -116,10 +119,12 @@ def trace_dict(ctx: RankCtx, pgs: list[ProcessGroup], world: int, gpus_per_host:
         "schemaVersion": 1,
         "deviceProperties": [dev.properties(d) for d in range(gpus_per_host)],
         "distributedInfo": {
-            "backend": "nccl", "rank": ctx.rank, "world_size": world, "pg_count": len(pgs),
+            "backend": "gloo" if pgs and all("gloo" in pg.backend for pg in pgs) else "nccl",
+            "rank": ctx.rank, "world_size": world, "pg_count": len(pgs),
             "pg_config": [pg.config() for pg in pgs], "nccl_version": NCCL_VERSION,
         },
         "record_shapes": 1,
+        **({"profile_memory": 1} if ctx.mem is not None else {}),
         "traceEvents": meta + events + flows + tail,
         "traceName": f"rank{ctx.rank}.pt.trace.json",
         "displayTimeUnit": "ms",

@@ -59,6 +59,7 @@ class Seg:
     category: str
     role: str | None = None
     peer: int | None = None  # comm_wait: the member that arrived last
+    blind: int | None = None  # comm_transfer of a collective with a member whose trace is missing: that rank
 
     def key(self) -> str:
         return f"{self.category}:{self.role}" if self.role else self.category
@@ -67,8 +68,11 @@ class Seg:
 class LedgerModel:
     """What the ledger needs to know about the job: roles of groups, op classes, collective arrivals."""
 
-    def __init__(self, built: Built) -> None:
+    def __init__(self, built: Built, missing: frozenset[int] = frozenset()) -> None:
+        """``missing``: ranks whose traces are gone: arrivals are then the last *present* member's,
+        and the communication of collectives they belong to after that is ``blind``."""
         self.built = built
+        self.missing = missing
         self.world = built.knobs.ranks
         self.role_of_pg = group_roles(built)
         dev = built.sim.dev
@@ -81,10 +85,19 @@ class LedgerModel:
                 for k in rec.kernels:
                     self.bound[id(k)] = cls
         self.last: dict[tuple[Any, ...], tuple[int, int]] = {}  # instance -> (last arrival, late rank)
-        for key, members in built.sim.instances.items():
-            t = max(m.placed_arrival for m in members)
-            late = min(m.rank for m in members if m.arrival == t)
-            self.last[key] = (t, late)
+        self.blind: dict[tuple[Any, ...], int] = {}  # instance -> its first missing member
+        members_of: list[tuple[tuple[Any, ...], list[tuple[int, int]]]] = [
+            (key, [(m.rank, m.placed_arrival) for m in ms]) for key, ms in built.sim.instances.items()]
+        members_of += [(key, [(h.rank, h.arrival) for h in hs]) for key, hs in built.sim.host_instances.items()]
+        for key, members in members_of:
+            seen = [(r, a) for r, a in members if r not in missing]
+            gone = sorted(r for r, _ in members if r in missing)
+            if gone:
+                self.blind[key] = gone[0]
+            if not seen:
+                continue
+            t = max(a for _, a in seen)
+            self.last[key] = (t, min(r for r, a in seen if a == t))
 
     def role(self, op: GpuOp) -> str:
         assert op.comm is not None
@@ -142,7 +155,8 @@ def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, s
                 raw.append(Seg(t0, cut, "bubble" if role == "pp" else "comm_wait", role,
                                None if role == "pp" else late))
             if t1 > cut:
-                raw.append(Seg(cut, t1, "comm_transfer", role))
+                raw.append(Seg(cut, t1, "comm_transfer", role,
+                               blind=model.blind.get(k.comm.key) if split and role != "pp" else None))
         elif any(o.cls == "memcpy" for o in active.values()):
             raw.append(Seg(t0, t1, "exposed_memcpy"))
         elif gaps and gaps[-1][1] == t0:
@@ -160,16 +174,47 @@ def rank_segments(model: LedgerModel, ctx: RankCtx, s: int, e: int, step: int, s
             raw.append(Seg(a, launch, "host_bound"))
         if b > launch:
             raw.append(Seg(launch, b, "bubble", "pp") if step in pp_steps else Seg(launch, b, "dependency"))
+    raw = _host_overlay(model, ctx, raw, split)
     raw.sort(key=lambda g: g.t0)
     merged: list[Seg] = []
     for g in raw:
-        if merged and merged[-1].t1 == g.t0 and (merged[-1].category, merged[-1].role, merged[-1].peer) == (
-                g.category, g.role, g.peer):
-            merged[-1] = Seg(merged[-1].t0, g.t1, g.category, g.role, g.peer)
+        if merged and merged[-1].t1 == g.t0 and (merged[-1].category, merged[-1].role, merged[-1].peer,
+                                                  merged[-1].blind) == (g.category, g.role, g.peer, g.blind):
+            merged[-1] = Seg(merged[-1].t0, g.t1, g.category, g.role, g.peer, g.blind)
         else:
             merged.append(g)
     assert sum(g.t1 - g.t0 for g in merged) == e - s, "ledger identity broken"
     return merged
+
+
+def _host_overlay(model: LedgerModel, ctx: RankCtx, raw: list[Seg], split: bool) -> list[Seg]:
+    """GPU idle (``host_bound`` / ``idle_other``) while this rank's host was inside a host-side (gloo)
+    collective is that collective's communication: the span that started first among those running;
+    ``comm_wait`` before its last member arrived (peer: that member), ``comm_transfer`` after."""
+    spans = sorted((h.arrival, h.end, h.key, h.pg_name) for hs in model.built.sim.host_instances.values()
+                    for h in hs if h.rank == ctx.rank and h.end is not None and h.end > h.arrival)
+    if not spans:
+        return raw
+    out: list[Seg] = []
+    for g in raw:
+        if g.category not in ("host_bound", "idle_other"):
+            out.append(g)
+            continue
+        cuts = sorted({g.t0, g.t1} | {t for a, b, _, _ in spans for t in (a, b) if g.t0 < t < g.t1})
+        for x, y in zip(cuts, cuts[1:]):
+            cover = [sp for sp in spans if sp[0] <= x and sp[1] >= y]
+            if not cover:
+                out.append(Seg(x, y, g.category))
+                continue
+            _a, _b, key, pg = min(cover)
+            role = model.role_of_pg.get(pg, "other")
+            last, late = model.last[key]
+            cut = min(max(last, x), y) if split else x
+            if cut > x:
+                out.append(Seg(x, cut, "comm_wait", role, late))
+            if y > cut:
+                out.append(Seg(cut, y, "comm_transfer", role, blind=model.blind.get(key) if split else None))
+    return out
 
 
 def ledger_ns(segs: list[Seg]) -> dict[str, int]:
@@ -196,17 +241,21 @@ class JobLedger:
                                            for r, per in segs.items()}
         self.starts = {r: [g.t0 for g in v] for r, v in self.flat.items()}
         self.segs = segs
+        self.blind: Counter[tuple[int, str | None]] = Counter()  # of the last step_ns: (missing rank, role) -> ns
 
     def step_ns(self, k: int) -> tuple[int, Counter[tuple[str, str | None, int]]]:
         """(critical rank, ns per (category, role, rank)) of step ``k``."""
         ranks = sorted(self.windows)
         crit = min(ranks, key=lambda r: (-(self.windows[r][k][1] - self.windows[r][k][0]), r))
         parts: Counter[tuple[str, str | None, int]] = Counter()
+        self.blind = Counter()
         for g in self.segs[crit][k]:
-            if g.category == "comm_wait" and g.peer is not None:
+            if g.category == "comm_wait" and g.peer is not None and g.peer in self.flat:
                 self._expand(parts, g.peer, g.t0, g.t1, 1, (g.category, g.role, crit))
             else:
                 parts[(g.category, g.role, crit)] += g.t1 - g.t0
+                if g.blind is not None:
+                    self.blind[(g.blind, g.role)] += g.t1 - g.t0
         s, e = self.windows[crit][k]
         assert sum(parts.values()) == e - s, "job ledger identity broken"
         return crit, parts
@@ -234,10 +283,12 @@ class JobLedger:
                 continue
             if x > t:
                 parts[fallback] += x - t
-            if g.category == "comm_wait" and g.peer is not None and depth < self.world:
+            if g.category == "comm_wait" and g.peer is not None and g.peer in self.flat and depth < self.world:
                 self._expand(parts, g.peer, x, y, depth + 1, (g.category, g.role, peer))
             else:
                 parts[(g.category, g.role, peer)] += y - x
+                if g.blind is not None:
+                    self.blind[(g.blind, g.role)] += y - x
             t = y
         if b > t:
             parts[fallback] += b - t
@@ -253,12 +304,30 @@ def median_step(job: JobLedger, steps: list[int]) -> int:
     return crit[(len(crit) - 1) // 2][1]
 
 
-def job_segments(built: Built, windows: dict[int, dict[int, tuple[int, int]]], split: bool = True) -> dict[
-        int, dict[int, list[Seg]]]:
-    """rank -> step -> labelled segments of every rank and step."""
-    model = LedgerModel(built)
+def job_segments(built: Built, windows: dict[int, dict[int, tuple[int, int]]], split: bool = True,
+                 missing: frozenset[int] = frozenset()) -> dict[int, dict[int, list[Seg]]]:
+    """rank -> step -> labelled segments of every rank and step (of the present ranks: ``missing`` left out)."""
+    model = LedgerModel(built, missing)
     return {c.rank: {k: rank_segments(model, c, *windows[c.rank][k], k, split=split)
-                     for k in built.knobs.step_numbers()} for c in built.sim.ranks}
+                     for k in built.knobs.step_numbers()} for c in built.sim.ranks if c.rank not in missing}
+
+
+def missing_window_truth(built: Built, windows: dict[int, dict[int, tuple[int, int]]],
+                         missing: frozenset[int]) -> dict[str, Any]:
+    """The window ledger as the present ranks' traces show it when ``missing`` ranks' traces are gone,
+    and ``blind``: per (missing rank, role) the critical path's communication in collectives with
+    that rank after every present member had arrived (waiting for it, or transfer)."""
+    steps = built.knobs.step_numbers()
+    present = {r: w for r, w in windows.items() if r not in missing}
+    job = JobLedger(job_segments(built, windows, missing=missing), present, built.knobs.ranks)
+    by_step: dict[str, dict[str, Any]] = {}
+    blind: Counter[tuple[int, str | None]] = Counter()
+    for k in steps:
+        by_step[str(k)] = job.step(k)
+        blind.update(job.blind)
+    win = window_truth(by_step, by_step[str(median_step(job, steps))])
+    win["blind"] = [{"rank": m, "role": role, "us": _us(ns)} for (m, role), ns in sorted(blind.items()) if ns]
+    return win
 
 
 def ledger_truth(built: Built, windows: dict[int, dict[int, tuple[int, int]]]) -> tuple[
@@ -279,6 +348,21 @@ def ledger_truth(built: Built, windows: dict[int, dict[int, tuple[int, int]]]) -
     return per_rank, by_step[str(median_step(job, steps))], by_step
 
 
+def window_truth(by_step: dict[str, dict[str, Any]], median: dict[str, Any]) -> dict[str, Any]:
+    """The window ledger (docs/ledger.md): every step's job ledger summed, µs per (category, role, rank)."""
+    acc: Counter[tuple[str, str | None, int]] = Counter()
+    total = 0
+    for led in by_step.values():
+        total += round(led["step_us"] * 1000)
+        for p in led["parts"]:
+            acc[(p["category"], p["role"], p["rank"])] += round(p["us"] * 1000)
+    n = len(by_step)
+    rows = sorted(acc.items(), key=lambda kv: (CATEGORIES.index(kv[0][0]), kv[0][1] or "", kv[0][2]))
+    return {"steps": n, "total_us": _us(total), "mean_step_us": total / n / 1000.0,
+            "median_step": median["step"], "median_step_us": median["step_us"],
+            "parts": [{"category": c, "role": ro, "rank": r, "us": _us(ns)} for (c, ro, r), ns in rows if ns]}
+
+
 # ---- layout ---------------------------------------------------------------------------------------
 
 
@@ -291,10 +375,18 @@ def all_groups(built: Built) -> list[ProcessGroup]:
     return sorted(by_name.values(), key=lambda g: int(g.name))
 
 
-def group_roles(built: Built) -> dict[str, str]:
-    """pg name -> role: the scenario's design for groups that ran something, ``other`` for idle ones."""
-    used = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu if o.comm is not None}
+def group_roles(built: Built, recorded_only: bool = False) -> dict[str, str]:
+    """pg name -> role: the scenario's design for groups that ran something, ``other`` for idle ones.
+    ``recorded_only``: count only collectives the trace attributes to the group (an engine's or EP
+    library's own kernels carry no process group: in the trace they belong to no group)."""
+    used = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu
+            if o.comm is not None and (o.comm.recorded or not recorded_only)}
+    used |= {h.pg_name for hs in built.sim.host_instances.values() for h in hs}
     return {g.name: (g.role if g.name in used else "other") for g in all_groups(built)}
+
+
+#: The layout row of collectives whose kernels carry no process group (analysis.comm.layout.UNNAMED_PG).
+UNNAMED_PG = "(unnamed)"
 
 
 def node_of(built: Built, rank: int) -> int:
@@ -307,7 +399,7 @@ def node_of(built: Built, rank: int) -> int:
 
 def layout_truth(built: Built) -> dict[str, Any]:
     """``layout`` in the contract's shape: degrees and one row per process group."""
-    roles = group_roles(built)
+    roles = group_roles(built, recorded_only=True)
 
     def host(r: int) -> int:
         return node_of(built, r)
@@ -318,6 +410,12 @@ def layout_truth(built: Built) -> dict[str, Any]:
         groups.append({"pg": g.name, "desc": g.desc, "role": role, "size": len(g.ranks), "ranks": list(g.ranks),
                        "nodes": sorted({host(r) for r in g.ranks}),
                        "evidence": g.evidence if role != "other" else "runs no collective in the profiled steps"})
+    anon = {o.comm.pg_name for c in built.sim.ranks for o in c.gpu if o.comm is not None and not o.comm.recorded}
+    for g in all_groups(built):
+        if g.name in anon:  # the trace shows this traffic under no group: one row of its own
+            groups.append({"pg": UNNAMED_PG, "desc": None, "role": g.role, "size": len(g.ranks), "ranks": list(g.ranks),
+                           "nodes": sorted({host(r) for r in g.ranks}),
+                           "evidence": f"{g.evidence} (kernels launched outside c10d: no process group recorded)"})
     degrees = {role: max((x["size"] for x in groups if x["role"] == role), default=1) for role in ROLES}
     return {"degrees": degrees, "groups": groups,
             "node_source": "device index restarts at 0 per node (no run.json, no NCCL log)"}

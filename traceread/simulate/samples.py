@@ -77,6 +77,14 @@ SAMPLES: dict[str, tuple[str, dict[str, Any], str]] = {
         "4-rank tensor parallel whose per-layer all-reduce is torch symmetric memory's "
         "multimem_one_shot_all_reduce_kernel (not NCCL) under c10d::allreduce_ / record_param_comms.",
     ),
+    "fsdp_memory_h100": (
+        "ddp",
+        {"ranks": 4, "steps": 3, "comm": "fsdp", "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024,
+         "memory": True, "leak_bytes": 16 << 20, "act_factors": [(2, 1.5)]},
+        "4-rank FSDP (ZeRO-3) recorded with profile_memory: [memory] events and a memory snapshot per rank; "
+        "rank 2's activations are 1.5x larger (the peak rank), every rank leaks 16 MiB per step. "
+        "traceread report --params 100704256 puts the guide's model beside it.",
+    ),
 }
 
 REGENERATE = "python -m traceread.simulate.samples sample_traces"

@@ -9,12 +9,15 @@ attention, out-proj, residual add, LN, MLP with GELU, residual add) on bf16 acti
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from traceread.simulate.comm import ProcessGroup, all_to_all, collective, p2p
+from traceread.simulate import memory as mem
+from traceread.simulate.comm import ProcessGroup, all_to_all, collective, gloo_allreduce, p2p
 from traceread.simulate.devices import get_device
 from traceread.simulate.layers import COMPUTE_STREAM, Emitter
+from traceread.simulate.memory import Allocator, Handle
 from traceread.simulate.schedule import GpuOp, Program, RankCtx, Simulation
 
 SCENARIOS: dict[str, str] = {
@@ -35,6 +38,20 @@ SCENARIOS: dict[str, str] = {
                         "multimem one-shot, or vLLM cross_device_reduce_1stage) under c10d::allreduce_.",
     "host_bound": "DDP with a slow data loader on every step: the GPU idles before each step's first kernel "
                   "because the CPU launches it late.",
+    "ddp_buffers": "DDP with broadcast_buffers: a buffer broadcast on the gradient group at the start of every "
+                   "forward, so the group's calls span the whole step although it only reduces gradients.",
+    "tp_sp": "Tensor parallel with sequence parallelism (all-gather before and reduce-scatter after each TP "
+             "region, forward and backward) x DP; generic process-group descriptions ('undefined').",
+    "cp": "Context parallel ring attention: keys/values rotate one way around each CP group (send to the next "
+          "rank, receive from the previous) in every attention layer, forward and backward, x DP; generic "
+          "descriptions.",
+    "ep_renamed": "Mixture of experts whose token exchange runs in an in-house DeepEP fork "
+                  "(acme::ep::intranode::notify_dispatch / dispatch / combine kernels, no c10d op, no comm args).",
+    "serving": "An inference engine serving requests with tensor parallelism: engine iterations (vLLM-style "
+               "'execute_…_context_…_generation_…' annotations, no ProfilerStep), one prefill then decodes, "
+               "per-layer custom all-reduce under vllm::all_reduce with no process group recorded.",
+    "gloo_host": "DDP over gloo on CUDA tensors: after backward each gradient bucket is copied to the host and "
+                 "all-reduced there (gloo:all_reduce on a worker thread) while the GPU idles.",
 }
 
 #: Knob defaults of each scenario (the user's knobs win).
@@ -45,7 +62,16 @@ SCENARIO_DEFAULTS: dict[str, dict[str, object]] = {
     "moe": {"ranks": 8, "layers": 2, "hot_factor": 3.0, "seq_len": 1024},
     "custom_allreduce": {"ranks": 8, "tp": 4, "allreduce_kernel": "multimem"},
     "host_bound": {"ranks": 4, "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024, "loader_us": 6000.0},
+    "ddp_buffers": {"ranks": 4, "layers": 2, "broadcast_buffers": True},
+    "tp_sp": {"ranks": 8, "tp": 4, "layers": 2, "sequence_parallel": True},
+    "cp": {"ranks": 8, "cp": 4, "layers": 2, "seq_len": 4096},
+    "ep_renamed": {"ranks": 8, "layers": 2, "hot_factor": 1.0, "seq_len": 1024, "ep_kernels": "renamed"},
+    "serving": {"ranks": 2, "tp": 2, "layers": 2, "steps": 6, "batch": 8, "seq_len": 512, "first_step": 0},
+    "gloo_host": {"ranks": 2, "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 512, "buckets": 2},
 }
+
+#: Scenarios that can record memory (``--memory``): the data-parallel program (DDP or FSDP).
+MEMORY_SCENARIOS = ("ddp", "slow_steps", "fsdp_exposed", "host_bound")
 
 STREAM_DP = 13  # NCCL stream of the data-parallel / default group
 STREAM_TP = 17
@@ -93,6 +119,14 @@ class Knobs:
     hot_factor: float = 3.0  # moe: tokens routed to the hot rank's expert, x the fair share
     allreduce_kernel: str = "nccl"  # tp/custom_allreduce TP all-reduce: nccl | multimem | vllm
     loader_us: float = 0.0  # every step: extra data-loader time on the host before the batch is copied
+    memory: bool = False  # ddp family: record [memory] events (profile_memory) and write a memory snapshot per rank
+    leak_bytes: int = 0  # memory: bytes each step keeps alive for good (losses.append(loss))
+    act_factors: list[tuple[int, float]] = field(default_factory=list)  # memory: (rank, x activation bytes)
+    broadcast_buffers: bool = False  # ddp: DDP broadcasts buffers (e.g. BatchNorm statistics) at forward start
+    sequence_parallel: bool = False  # tp: reduce-scatter/all-gather around TP regions instead of all-reduce
+    cp: int = 4  # cp: ranks per context-parallel ring
+    ep_kernels: str = "nccl"  # moe: nccl (all_to_all_single) | renamed (an in-house DeepEP fork's kernels)
+    host_jitter_us: float = 0.0  # every rank and step: a random host delay, uniform in [0, this) (noise, no straggler)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -126,7 +160,8 @@ class Knobs:
                 raise ValueError(f"slow step {s} is not one of the simulated steps {self.step_numbers()}")
             if cause not in SLOW_CAUSES:
                 raise ValueError(f"slow-step cause {cause!r} must be one of {', '.join(SLOW_CAUSES)}")
-        if scenario in ("tp", "pp", "3d", "moe", "custom_allreduce") and any(c != "dataloader" for _, c, _ in self.slow_steps):
+        if scenario in ("tp", "pp", "3d", "moe", "custom_allreduce", "tp_sp", "cp", "ep_renamed", "serving") and any(
+                c != "dataloader" for _, c, _ in self.slow_steps):
             raise ValueError("tp/pp support only dataloader slow steps; use ddp or slow_steps for gc/checkpoint")
         if scenario in ("tp", "custom_allreduce") and (self.ranks % self.tp or self.heads % self.tp):
             raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
@@ -153,6 +188,27 @@ class Knobs:
             raise ValueError("--allreduce-kernel must be nccl, multimem or vllm")
         if self.loader_us < 0:
             raise ValueError("--loader-us must be >= 0")
+        if (self.memory or self.leak_bytes or self.act_factors) and scenario not in MEMORY_SCENARIOS:
+            raise ValueError(f"--memory is simulated for {', '.join(MEMORY_SCENARIOS)} (data parallel / FSDP)")
+        if (self.leak_bytes or self.act_factors) and not self.memory:
+            raise ValueError("--leak-bytes and --activation-factor need --memory")
+        if self.leak_bytes < 0:
+            raise ValueError("--leak-bytes must be >= 0")
+        for r, f in self.act_factors:
+            if not 0 <= r < self.ranks or f <= 0:
+                raise ValueError(f"--activation-factor {r}:{f}: rank outside 0..{self.ranks - 1} or factor <= 0")
+        if self.memory and self.comm == "fsdp" and (layer_params(self.hidden) % self.ranks):
+            raise ValueError(f"--memory with --comm fsdp: --ranks {self.ranks} must divide a layer's parameters")
+        if scenario == "cp" and (self.cp < 2 or self.ranks % self.cp or self.seq_len % self.cp):
+            raise ValueError(f"cp needs --cp >= 2 dividing --ranks {self.ranks} and --seq-len {self.seq_len}")
+        if scenario == "tp_sp" and (self.ranks % self.tp or self.heads % self.tp):
+            raise ValueError(f"--tp {self.tp} must divide --ranks {self.ranks} and the head count {self.heads}")
+        if scenario == "serving" and (self.ranks != self.tp or self.heads % self.tp):
+            raise ValueError(f"serving: --tp {self.tp} must equal --ranks {self.ranks} and divide the head count")
+        if self.ep_kernels not in ("nccl", "renamed"):
+            raise ValueError("--ep-kernels must be nccl or renamed")
+        if self.host_jitter_us < 0:
+            raise ValueError("--host-jitter-us must be >= 0")
 
 
 @dataclass
@@ -203,33 +259,75 @@ class Block:
     """Forward and backward of one decoder block on one rank (optionally tensor-parallel)."""
 
     def __init__(self, em: Emitter, k: Knobs, m: int, batch: int, tp: int = 1,
-                 tp_pg: ProcessGroup | None = None) -> None:
+                 tp_pg: ProcessGroup | None = None, act_factor: float = 1.0) -> None:
         self.em, self.k, self.m, self.batch, self.tp, self.tp_pg = em, k, m, batch, tp, tp_pg
         self.seqs: dict[str, int] = {}
+        self.act_factor = act_factor
+        self.saved: list[Handle] = []  # activations saved for backward (memory scenarios)
+        self.temps: list[Handle] = []
+
+    def _act(self, width: int, where: dict[str, object]) -> None:
+        """The next op's output [m, width] in bf16, saved for backward (allocated only with an allocator)."""
+        if self.em.ctx.mem is None:
+            return
+        n = int(round(2 * self.m * width * self.act_factor))
+        self.saved.append(self.em.ctx.alloc_next(Handle(n, [where, mem.MODULE_CALL, mem.TRAIN_STEP_FWD], "activation")))
+
+    def _temp(self, width: int) -> None:
+        """A gradient buffer [m, width] the next backward op allocates, freed when the layer's backward ends."""
+        if self.em.ctx.mem is None:
+            return
+        n = int(round(2 * self.m * width * self.act_factor))
+        self.temps.append(self.em.ctx.alloc_next(Handle(n, [mem.AUTOGRAD, mem.TRAIN_STEP_BWD], "backward_temp")))
 
     def _tp_allreduce(self, last: GpuOp, phase: str) -> GpuOp:
+        """After a row-parallel linear: all-reduce of the activations, or with sequence parallelism a
+        reduce-scatter of them along the sequence."""
         assert self.tp_pg is not None
+        if self.k.sequence_parallel:
+            return collective(self.em.ctx, self.tp_pg, "_reduce_scatter_base", self.m * self.k.hidden, waits=[last],
+                              phase=phase)
         return collective(self.em.ctx, self.tp_pg, "allreduce", self.m * self.k.hidden, waits=[last], phase=phase,
                           kernel=self.k.allreduce_kernel)
+
+    def _sp_gather(self, gemm: Callable[[], GpuOp]) -> None:
+        """Run ``gemm`` (a linear); with sequence parallelism, first all-gather the sequence-sharded
+        activations (forward, before a column-parallel linear) or gradient (backward, before a
+        row-parallel one): the GEMM waits for the gather, which waits for the work before it."""
+        ctx = self.em.ctx
+        before = ctx.streams[COMPUTE_STREAM][-1] if ctx.streams.get(COMPUTE_STREAM) else None
+        op = gemm()
+        if self.tp > 1 and self.k.sequence_parallel:
+            assert self.tp_pg is not None
+            op.waits.append(collective(ctx, self.tp_pg, "_allgather_base", self.m * self.k.hidden,
+                                       waits=[before] if before is not None else [], phase="comm"))
 
     def forward(self, first_waits: list[GpuOp] | None = None, phase: str = "fwd") -> GpuOp:
         em, k, m, tp = self.em, self.k, self.m, self.tp
         h, ctx = k.hidden, self.em.ctx
         s = {n: ctx.next_seq() for n in ("ln1", "qkv", "attn", "proj", "add1", "ln2", "fc1", "gelu", "fc2", "add2")}
         self.seqs = s
+        self._act(h, mem.MODEL_BLOCK)
         first = em.layer_norm(m, h, seq=s["ln1"], phase=phase)
         if first_waits:
             first.waits.extend(first_waits)
-        em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)
+        self._act(3 * h // tp, mem.MODEL_ATTN)
+        self._sp_gather(lambda: em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase))
+        self._act(h // tp, mem.MODEL_ATTN)
         em.sdpa(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
+        self._act(h, mem.MODEL_ATTN)
         last = em.linear(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
         add = em.add_(m, h, phase=phase)
         if waits:
             add.waits.extend(waits)
+        self._act(h, mem.MODEL_BLOCK)
         em.layer_norm(m, h, seq=s["ln2"], phase=phase)
-        em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)
+        self._act(4 * h // tp, mem.MODEL_MLP)
+        self._sp_gather(lambda: em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase))
+        self._act(4 * h // tp, mem.MODEL_MLP)
         em.gelu(m, 4 * h // tp, seq=s["gelu"], phase=phase)
+        self._act(h, mem.MODEL_MLP)
         last = em.linear(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
         out = em.add_(m, h, phase=phase)
@@ -240,10 +338,12 @@ class Block:
     def backward(self, first_waits: list[GpuOp] | None = None, phase: str = "bwd") -> GpuOp:
         em, k, m, tp, s = self.em, self.k, self.m, self.tp, self.seqs
         h = k.hidden
+        self._temp(h)
         first = em.add_backward(m, h, seq=s["add2"], phase=phase)
         if first_waits:
             first.waits.extend(first_waits)
-        em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)
+        self._temp(4 * h // tp)
+        self._sp_gather(lambda: em.linear_backward(m, 4 * h // tp, h, bias=True, seq=s["fc2"], phase=phase)[0])
         em.gelu_backward(m, 4 * h // tp, seq=s["gelu"], phase=phase)
         last = em.linear_backward(m, h, 4 * h // tp, bias=True, seq=s["fc1"], phase=phase)[0]
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
@@ -251,13 +351,15 @@ class Block:
         if waits:
             ln.waits.extend(waits)
         em.add_backward(m, h, seq=s["add1"], phase=phase)
-        em.linear_backward(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)
+        self._sp_gather(lambda: em.linear_backward(m, h // tp, h, bias=True, seq=s["proj"], phase=phase)[0])
         em.sdpa_backward(self.batch, k.heads // tp, k.seq_len, h // k.heads, causal=True, seq=s["attn"], phase=phase)
         last = em.linear_backward(m, h, 3 * h // tp, bias=False, seq=s["qkv"], phase=phase)[0]
         waits = [self._tp_allreduce(last, "comm")] if tp > 1 else None
         out = em.layer_norm_backward(m, h, seq=s["ln1"], phase=phase)
         if waits:
             out.waits.extend(waits)
+        em.ctx.free(*self.temps, *reversed(self.saved))  # the layer's gradient buffers and saved activations
+        self.temps, self.saved = [], []
         return out
 
 
@@ -282,6 +384,8 @@ def _no_prefetch_waits(ctx: RankCtx, k: Knobs) -> list[GpuOp]:
 def _host_delays(k: Knobs, rank: int, step: int) -> tuple[int, int, int, int]:
     """(host straggler ns, data-loader stall ns, GC pause ns, checkpoint ns) for this rank and step."""
     host = sum(int(d * 1000) for r, d, c in k.stragglers if r == rank and c == "host")
+    if k.host_jitter_us:  # its own generator: the other draws (kernel jitter, host costs) stay the same
+        host += int(random.Random(f"{k.seed}:{rank}:{step}").uniform(0.0, k.host_jitter_us) * 1000)
     dl = int(k.loader_us * 1000)
     gc = ck = 0
     for s, cause, us in k.slow_steps:
@@ -308,11 +412,37 @@ def _checkpoint(ctx: RankCtx, k: Knobs, ns: int, params: int) -> Program:
 # ---- data parallel ------------------------------------------------------------------------------------
 
 
+def act_factor(k: Knobs, rank: int) -> float:
+    """``--activation-factor`` of a rank (1 when not given): its activations are that much larger."""
+    return next((f for r, f in reversed(k.act_factors) if r == rank), 1.0)
+
+
+def training_state(k: Knobs, ranks: int) -> list[Handle]:
+    """Weights, gradients and AdamW's two moments of every layer on one rank, allocated before the
+    window: bf16 weights and gradients (2 bytes per parameter each) and fp32 moments (4 + 4), sharded
+    over the ranks with FSDP (``--comm fsdp``, ZeRO-3), whole with DDP."""
+    shard = ranks if k.comm == "fsdp" else 1
+    p = layer_params(k.hidden) // shard
+    out: list[Handle] = []
+    for _ in range(k.layers):
+        out.append(Handle(2 * p, [mem.TRAIN_INIT], "weights"))
+        out.append(Handle(2 * p, [mem.AUTOGRAD, mem.TRAIN_STEP_BWD], "gradients"))
+        if k.optimizer:
+            out += [Handle(4 * p, [mem.ADAMW, mem.TRAIN_OPT], "optimizer_state") for _ in range(2)]
+    return out
+
+
 def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
     em = Emitter(ctx)
     m = k.batch * k.seq_len
     params_layer = layer_params(k.hidden)
     n = len(dp.ranks)
+    af = act_factor(k, ctx.rank)
+
+    def gathered(phase_frame: dict[str, object]) -> Handle:
+        """FSDP: the layer's whole bf16 parameters, all-gathered for its forward or backward."""
+        return ctx.alloc_next(Handle(2 * params_layer, [mem.FSDP_UNSHARD, mem.MODULE_CALL, phase_frame],
+                                     "gathered_params"))
     nb = max(1, min(k.buckets, k.layers))
     # bucket b holds the layers whose gradients become ready b-th (backward runs last layer first)
     order = list(reversed(range(k.layers)))
@@ -321,23 +451,34 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
         ctx.step = step
         host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
         with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            batch = ctx.alloc_next(Handle(8 * k.batch * k.seq_len, [mem.TRAIN_BATCH], "batch"))
             h2d = _step_open(ctx, k, step, host_extra, dl)
-            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            blocks = [Block(em, k, m, k.batch, act_factor=af) for _ in range(k.layers)]
             ag: dict[int, GpuOp] = {}
+            ag_mem: dict[int, Handle] = {}
             with ctx.op("DistributedDataParallel.forward" if k.comm == "allreduce" else "FSDP::pre_forward",
                         cat="user_annotation", pre=20_000):
+                bcast = None
+                if k.broadcast_buffers:  # DDP._sync_buffers: rank 0's buffers to everyone, before the forward
+                    bcast = collective(ctx, dp, "broadcast", 4 * k.hidden * k.layers, waits=[h2d], phase="comm")
                 for i, blk in enumerate(blocks):
                     waits: list[GpuOp] = [h2d] if i == 0 else []
+                    if i == 0 and bcast is not None:
+                        waits.append(bcast)
                     if k.comm == "fsdp":
                         for j in (i, i + 1) if k.prefetch else (i,):
                             if j < k.layers and j not in ag:
+                                ag_mem[j] = gathered(mem.TRAIN_STEP_FWD)
                                 ag[j] = collective(ctx, dp, "_allgather_base", params_layer,
                                                    waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag[i])
                     if gc and i == 0:
                         ctx.advance(gc)  # gc.collect() on the host, no op recorded: nothing is launched meanwhile
                     blk.forward(waits)
+                    ctx.free(ag_mem.pop(i, None))  # FSDP reshards after the layer's forward
                 loss_seq = ctx.next_seq()
+                if k.leak_bytes:
+                    ctx.alloc_next(Handle(k.leak_bytes, [mem.TRAIN_LEAK], "leak"))  # never freed
                 em.loss(m, k.hidden, seq=loss_seq)
             with ctx.thread(ctx.autograd_tid):
                 em.loss_backward(m, k.hidden, seq=loss_seq)
@@ -349,13 +490,18 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                     if k.comm == "fsdp":
                         for j in (layer, layer - 1) if k.prefetch else (layer,):
                             if j >= 0 and j not in ag_b:
+                                ag_mem[j] = gathered(mem.TRAIN_STEP_BWD)
                                 ag_b[j] = collective(ctx, dp, "_allgather_base", params_layer,
                                                      waits=_no_prefetch_waits(ctx, k), phase="comm")
                         waits.append(ag_b[layer])
                     blocks[layer].backward(waits)
                     if k.comm == "fsdp":
+                        ctx.free(ag_mem.pop(layer, None))
+                        unsharded = ctx.alloc_next(Handle(2 * params_layer, [mem.FSDP_REDUCE, mem.AUTOGRAD,
+                                                                             mem.TRAIN_STEP_BWD], "unsharded_grads"))
                         comm_ops.append(collective(ctx, dp, "_reduce_scatter_base", params_layer,
                                                    waits=[_last_compute(ctx)], phase="comm"))
+                        ctx.free(unsharded)
                         continue
                     pending.append(layer)
                     next_bucket = bucket_of[order[idx + 1]] if idx + 1 < len(order) else None
@@ -372,12 +518,73 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
             elif comm_ops:
                 _last_compute(ctx).waits.extend(comm_ops)
             yield from _step_close(ctx, k)
+            ctx.free(batch)
             if ck:
                 yield from _checkpoint(ctx, k, ck, params_layer * k.layers)
 
 
+def _with_memory(sim: Simulation, k: Knobs) -> None:
+    """``--memory``: an allocator per rank, the training state allocated before the window."""
+    if not k.memory:
+        return
+    for ctx in sim.ranks:
+        ctx.mem = Allocator(ctx.device_id)
+        ctx.mem.preallocate(training_state(k, k.ranks))
+
+
+def _gloo_ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
+    """DDP whose process group is gloo while the model is on the GPU: after backward, each bucket is
+    copied to the host (the host waits for the copy), all-reduced by gloo on the host, and copied back."""
+    em = Emitter(ctx)
+    m = k.batch * k.seq_len
+    params_layer = layer_params(k.hidden)
+    nb = max(1, min(k.buckets, k.layers))
+    per_bucket = params_layer * k.layers // nb
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            h2d = _step_open(ctx, k, step, host_extra, dl)
+            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+            with ctx.op("DistributedDataParallel.forward", cat="user_annotation", pre=20_000):
+                for i, blk in enumerate(blocks):
+                    blk.forward([h2d] if i == 0 else [])
+                loss_seq = ctx.next_seq()
+                em.loss(m, k.hidden, seq=loss_seq)
+            with ctx.thread(ctx.autograd_tid):
+                em.loss_backward(m, k.hidden, seq=loss_seq)
+                for layer in reversed(range(k.layers)):
+                    blocks[layer].backward()
+            back: list[GpuOp] = []
+            for _ in range(nb):
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    ctx.memcpy("DtoH", 2 * per_bucket, COMPUTE_STREAM, phase="comm")
+                    yield ctx.sync("cudaStreamSynchronize")
+                yield gloo_allreduce(ctx, dp, per_bucket)
+                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                    back.append(ctx.memcpy("HtoD", 2 * per_bucket, COMPUTE_STREAM, phase="comm"))
+            if k.optimizer:
+                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
+                opt[0].waits.extend(back)
+            yield from _step_close(ctx, k)
+
+
+def build_gloo_host(k: Knobs) -> Built:
+    sim = _new_sim(k)
+    dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "dp",
+                      f"{min(k.buckets, k.layers)} gradient all-reduces per step on the host (gloo)",
+                      backend="cpu:gloo,cuda:gloo")
+    _apply_gpu_stragglers(sim, k, lambda s: [_gloo_ddp_program(c, k, dp) for c in s.ranks])
+    sim.run([_gloo_ddp_program(c, k, dp) for c in sim.ranks])
+    return Built(sim, [[dp] for _ in range(k.ranks)], k, "gloo_host", layer_params(k.hidden))
+
+
 def build_ddp(k: Knobs, scenario: str = "ddp") -> Built:
     sim = _new_sim(k)
+    _with_memory(sim, k)
     if k.comm == "fsdp":
         dp = ProcessGroup("0", "default_pg", tuple(range(k.ranks)), STREAM_DP, "fsdp",
                           "per-layer parameter all-gather (forward and backward) + gradient reduce-scatter")
@@ -435,6 +642,10 @@ def _tp_program(ctx: RankCtx, k: Knobs, tp_pg: ProcessGroup, dp_pg: ProcessGroup
 def build_tp(k: Knobs, scenario: str = "tp") -> Built:
     sim = _new_sim(k)
     world, tps, dps = _tp_groups(k)
+    if scenario == "tp_sp":  # new_group without group_desc: roles must come from behaviour
+        tps = [replace(g, desc="undefined", evidence="all-gather before and reduce-scatter after attention and MLP "
+                                                       "of every layer, forward and backward") for g in tps]
+        dps = [replace(g, desc="undefined") for g in dps]
 
     def programs(s: Simulation) -> list[Program]:
         return [_tp_program(c, k, tps[c.rank // k.tp], dps[c.rank % k.tp]) for c in s.ranks]
@@ -624,9 +835,16 @@ def build_3d(k: Knobs) -> Built:
 # ---- mixture of experts ---------------------------------------------------------------------------------
 
 
-def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> Program:
+def _nccl_exchange(ctx: RankCtx, ep: ProcessGroup, nelems: int, waits: list[GpuOp], kind: str) -> GpuOp:
+    """MoE token exchange as ``all_to_all_single`` (``kind``: dispatch | combine, the same collective)."""
+    return all_to_all(ctx, ep, nelems, waits=waits)
+
+
+def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup,
+                 exchange: Callable[[RankCtx, ProcessGroup, int, list[GpuOp], str], GpuOp] = _nccl_exchange) -> Program:
     """Attention (dense, data parallel), then the MoE MLP: router, all-to-all dispatch, this rank's expert
-    on the tokens routed to it, all-to-all combine. The hot rank's expert gets ``hot_factor`` x tokens."""
+    on the tokens routed to it, all-to-all combine. The hot rank's expert gets ``hot_factor`` x tokens.
+    ``exchange`` launches one token exchange (NCCL all-to-all, or an EP library's own kernels)."""
     em = Emitter(ctx)
     h, m = k.hidden, k.batch * k.seq_len
     n_exp = len(ep.ranks)
@@ -651,13 +869,13 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> 
                 em.add_(m, h)
                 last = em.linear(m, h, n_exp, bias=False, seq=s["router"])
                 with ctx.op("moe.dispatch", cat="user_annotation", pre=4_000):
-                    disp = all_to_all(ctx, ep, m * h, waits=[last])
+                    disp = exchange(ctx, ep, m * h, [last], "dispatch")
                 fc1 = em.linear(tokens, h, 4 * h, bias=True, seq=s["fc1"])
                 fc1.waits.append(disp)
                 em.gelu(tokens, 4 * h, seq=s["gelu"])
                 last = em.linear(tokens, 4 * h, h, bias=True, seq=s["fc2"])
                 with ctx.op("moe.combine", cat="user_annotation", pre=4_000):
-                    comb = all_to_all(ctx, ep, m * h, waits=[last])
+                    comb = exchange(ctx, ep, m * h, [last], "combine")
                 em.add_(m, h).waits.append(comb)
             loss_seq = ctx.next_seq()
             em.loss(m, h, seq=loss_seq)
@@ -667,13 +885,13 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup) -> 
                 for layer in reversed(range(k.layers)):
                     s = seqs[layer]
                     with ctx.op("moe.combine_backward", cat="user_annotation", pre=4_000):
-                        g_comb = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                        g_comb = exchange(ctx, ep, m * h, [_last_compute(ctx)], "dispatch")
                     first = em.linear_backward(tokens, 4 * h, h, bias=True, seq=s["fc2"])[0]
                     first.waits.append(g_comb)
                     em.gelu_backward(tokens, 4 * h, seq=s["gelu"])
                     em.linear_backward(tokens, h, 4 * h, bias=True, seq=s["fc1"])
                     with ctx.op("moe.dispatch_backward", cat="user_annotation", pre=4_000):
-                        g_disp = all_to_all(ctx, ep, m * h, waits=[_last_compute(ctx)])
+                        g_disp = exchange(ctx, ep, m * h, [_last_compute(ctx)], "combine")
                     em.linear_backward(m, h, n_exp, bias=False, seq=s["router"])[0].waits.append(g_disp)
                     em.linear_backward(m, h, h, bias=True, seq=s["proj"])
                     em.sdpa_backward(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
@@ -726,12 +944,16 @@ def _apply_gpu_stragglers(sim: Simulation, k: Knobs, programs: Callable[[Simulat
 def build(scenario: str, k: Knobs) -> Built:
     """Run one scenario with its knobs."""
     k.validate(scenario)
-    if scenario in ("ddp", "slow_steps", "fsdp_exposed", "host_bound"):
+    if scenario in ("ddp", "slow_steps", "fsdp_exposed", "host_bound", "ddp_buffers"):
         return build_ddp(k, scenario)
-    if scenario in ("tp", "custom_allreduce"):
+    if scenario in ("tp", "custom_allreduce", "tp_sp"):
         return build_tp(k, scenario)
+    if scenario in ("cp", "ep_renamed", "serving"):  # traceread.simulate.scenarios_layout.build_scenario
+        raise ValueError(f"scenario {scenario!r} is built by traceread.simulate.scenarios_layout")
     if scenario == "3d":
         return build_3d(k)
     if scenario == "moe":
         return build_moe(k)
+    if scenario == "gloo_host":
+        return build_gloo_host(k)
     return build_pp(k)

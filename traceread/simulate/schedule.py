@@ -10,7 +10,8 @@ programs and resolves GPU times with these rules:
 * it starts at ``max(ready, end of the previous op on its stream, end of every op it waits on)``;
 * a collective kernel's start is its rank's *arrival*; every member of one instance ends at
   ``max(arrivals) + transfer`` (nobody leaves a ring before the last rank has joined);
-* a p2p send and its matching recv form a two-member instance with the same rule.
+* a p2p send and its matching recv form a two-member instance with the same rule;
+* a host-side (gloo) collective blocks its host from its arrival until ``max(arrivals) + transfer``.
 
 Because times are exact integers, the truth computed from these ops is exact too.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceread.simulate.devices import Device, LaunchStats, launch_stats
+from traceread.simulate.memory import Allocator, Handle
 
 GPU_READY_NS = 1_500  # launch-call return -> earliest kernel start
 MAX_GPUS_PER_MACHINE = 8
@@ -61,6 +63,8 @@ class CommInfo:
     nbytes: int  # message size used for the transfer time
     src_rank: int | None = None
     dst_rank: int | None = None
+    recorded: bool = True  # False: launched outside torch's c10d (an engine's or EP library's own kernel),
+    #                        so the kernel carries no comm args and no record_param_comms surrounds it
 
 
 @dataclass(eq=False)
@@ -134,6 +138,22 @@ class SyncRequest:
     event: HostEvent | None = None
 
 
+@dataclass(eq=False)
+class HostCollective:
+    """Yielded where the host runs a CPU-side collective (gloo) and waits for it: every member ends at
+    ``max(arrivals) + transfer``; ``span`` is the ``gloo:*`` annotation on the rank's gloo worker thread."""
+
+    key: tuple[Any, ...]
+    members: int
+    rank: int
+    pg_name: str
+    transfer_ns: int
+    arrival: int
+    span: HostEvent
+    step: int = -1
+    end: int | None = None
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """A kernel before launch: name, own duration and launch configuration."""
@@ -182,9 +202,14 @@ class RankCtx:
         self._seq = 0
         self._p2p_seq: dict[str, int] = {}
         self._coll_seq: dict[str, int] = {}
+        #: iteration annotations a program used as its steps instead of ``ProfilerStep#N`` (serving
+        #: engines): (the host event, the iteration number the analysis should give it)
+        self.iteration_events: list[tuple[HostEvent, int]] = []
         self.jitter = sim.jitter
         self.slow_factor = 1.0  # GPU straggler: compute kernels take this much longer
         self.host_ns = sim.host_ns
+        self.mem: Allocator | None = None  # set by scenarios that record memory (--memory)
+        self._mem_pending: list[Handle] = []
 
     # ---- host clock and events ---------------------------------------------------------------
     def advance(self, ns: int) -> None:
@@ -270,6 +295,38 @@ class RankCtx:
         self.now += ev.dur
         return ev
 
+    # ---- memory (only with an allocator) ----------------------------------------------------------
+    MEM_CALL_NS = 300  # host time one allocator call takes
+
+    def _stack_names(self) -> tuple[tuple[str, str], ...]:
+        return tuple((e.cat, e.name) for e in self._stack)
+
+    def alloc_next(self, h: Handle) -> Handle:
+        """``h`` is allocated by the next kernel or copy this rank launches, inside its operator."""
+        if self.mem is not None:
+            self._mem_pending.append(h)
+        return h
+
+    def alloc_now(self, h: Handle) -> Handle:
+        if self.mem is not None:
+            self.mem.alloc(h, self.now, self.tid, self.step, self._stack_names())
+            self.advance(self.MEM_CALL_NS)
+        return h
+
+    def free(self, *handles: Handle | None) -> None:
+        """Free blocks now (those never allocated, e.g. without an allocator, are skipped)."""
+        if self.mem is None:
+            return
+        for h in handles:
+            if h is not None and h.addr is not None and h.addr in self.mem.live and self.mem.live[h.addr] is h:
+                self.mem.free(h, self.now, self.tid, self.step, self._stack_names())
+                self.advance(self.MEM_CALL_NS)
+
+    def _alloc_pending(self) -> None:
+        pending, self._mem_pending = self._mem_pending, []
+        for h in pending:
+            self.alloc_now(h)
+
     # ---- GPU work ------------------------------------------------------------------------------
     def _enqueue(self, op: GpuOp) -> GpuOp:
         self.gpu.append(op)
@@ -297,6 +354,7 @@ class RankCtx:
         phase: str = "fwd",
     ) -> GpuOp:
         """``cudaLaunchKernel`` now on the current thread; the kernel joins ``stream``'s queue."""
+        self._alloc_pending()
         rt = self.runtime("cudaLaunchKernel", 211, 4_500)
         op = GpuOp(
             rank=self.rank,
@@ -325,6 +383,7 @@ class RankCtx:
 
     def memcpy(self, direction: str, nbytes: int, stream: int, *, phase: str = "io", waits: list[GpuOp] | None = None) -> GpuOp:
         """``cudaMemcpyAsync`` of ``nbytes``: HtoD from pinned memory or DtoH to pageable memory."""
+        self._alloc_pending()
         rt = self.runtime("cudaMemcpyAsync", 51, 3_500)
         names = {"HtoD": "Memcpy HtoD (Pinned -> Device)", "DtoH": "Memcpy DtoH (Device -> Pageable)",
                  "DtoD": "Memcpy DtoD (Device -> Device)"}
@@ -349,6 +408,21 @@ class RankCtx:
                               {"External id": ext, "cbid": cbid, "correlation": self._corr})
         self.events.append(req.event)
 
+    def host_collective(self, key: tuple[Any, ...], members: int, pg_name: str, name: str, transfer_ns: int,
+                        worker_tid: int) -> HostCollective:
+        """To be yielded: this rank's host joins a CPU-side collective now (its gloo worker thread
+        runs it from now until every member has joined, plus the transfer)."""
+        span = HostEvent("user_annotation", name, worker_tid, self.now, 0, {"External id": self._next_ext()})
+        self.events.append(span)
+        req = HostCollective(key, members, self.rank, pg_name, transfer_ns, self.now, span, self.step)
+        self.sim.host_instances.setdefault(key, []).append(req)
+        return req
+
+    def complete_host_collective(self, req: HostCollective) -> None:
+        assert req.end is not None
+        req.span.dur = req.end - req.arrival
+        self.now = max(self.now, req.end) + self.host_cost(4_000)
+
     def all_resolved(self) -> bool:
         return all(self.stream_pos[s] == len(q) for s, q in self.streams.items())
 
@@ -362,7 +436,7 @@ class RankCtx:
         return self._p2p_seq[pg_name]
 
 
-Program = Generator[SyncRequest, None, None]
+Program = Generator[SyncRequest | HostCollective, None, None]
 
 
 class Simulation:
@@ -376,6 +450,7 @@ class Simulation:
         self.jitter = jitter
         self.host_ns = host_ns
         self.instances: dict[tuple[Any, ...], list[GpuOp]] = {}
+        self.host_instances: dict[tuple[Any, ...], list[HostCollective]] = {}
         self.gpus_per_host = gpus_per_host
         self.ranks: list[RankCtx] = []
         for r in range(world):
@@ -389,7 +464,7 @@ class Simulation:
         return rank // self.gpus_per_host
 
     def run(self, programs: list[Program]) -> None:
-        waiting: dict[int, SyncRequest | None] = {r: None for r in range(self.world)}
+        waiting: dict[int, SyncRequest | HostCollective | None] = {r: None for r in range(self.world)}
         done: set[int] = set()
         while len(done) < self.world:
             progress = False
@@ -398,7 +473,16 @@ class Simulation:
                     continue
                 req = waiting[r]
                 ctx = self.ranks[r]
-                if req is not None:
+                if isinstance(req, HostCollective):
+                    inst = self.host_instances[req.key]
+                    if len(inst) < req.members:
+                        continue
+                    last = max(m.arrival for m in inst)
+                    for m in inst:
+                        m.end = last + req.transfer_ns
+                    ctx.complete_host_collective(req)
+                    waiting[r] = None
+                elif req is not None:
                     if not ctx.all_resolved():
                         continue
                     ctx.complete_sync(req)

@@ -27,7 +27,8 @@ Collectives: arrival of a rank = start of its NCCL kernel; every member ends at
 ``max(arrivals) + transfer``; wait = max(arrivals) − arrival. Straggler blame: for every instance a
 rank joined last, its arrival minus the next-latest arrival; summed per step, averaged over steps.
 Straggler cost (what-if): mean job step time minus that of the same simulation without the
-stragglers (job step time = a step's duration averaged over ranks).
+stragglers (job step time = a step's duration averaged over ranks: ``step_cost_us``; its longest
+rank's, as the window ledger counts steps: ``window_cost_us``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from collections import defaultdict
 from typing import Any
 
 from traceread.simulate.layers import LeafOp
-from traceread.simulate.ledger_truth import layout_truth, ledger_truth, node_of
+from traceread.simulate.ledger_truth import layout_truth, ledger_truth, node_of, window_truth
+from traceread.simulate.memory_truth import memory_truth
 from traceread.simulate.scenarios import Built
 from traceread.simulate.schedule import GpuOp, RankCtx
 
@@ -124,10 +126,13 @@ def _breakdown_us(b: dict[str, int]) -> dict[str, float]:
 
 
 def step_windows(ctx: RankCtx) -> dict[int, Interval]:
+    """``ProfilerStep#N`` windows, or the engine iterations a serving program marked as its steps."""
     out: dict[int, Interval] = {}
     for ev in ctx.events:
         if ev.cat == "user_annotation" and ev.name.startswith("ProfilerStep#") and ev.tid == ctx.main_tid:
             out[int(ev.name.split("#")[1])] = (ev.ts, ev.ts + ev.dur)
+    for ev, it in ctx.iteration_events:
+        out[it] = (ev.ts, ev.ts + ev.dur)
     return out
 
 
@@ -186,7 +191,8 @@ def rank_truth(ctx: RankCtx, built: Built, base_ns: int) -> dict[str, Any]:
         "kernels": sum(1 for o in ops if o.kind == "kernel"),
         "memcpys": sum(1 for o in ops if o.kind == "memcpy"),
         "nccl_kernels": sum(1 for o in ops if o.cls == "comm" and o.name.startswith("nccl")),
-        "comm_kernels": sum(1 for o in ops if o.cls == "comm"),
+        "comm_kernels": sum(1 for o in ops if o.cls == "comm" and (o.comm is None or o.comm.recorded)),
+        "unrecorded_comm_kernels": sum(1 for o in ops if o.comm is not None and not o.comm.recorded),
         "breakdown_ns": b,
         "steps": steps,
     }
@@ -224,6 +230,10 @@ def collectives_truth(built: Built, base_ns: int) -> tuple[list[dict[str, Any]],
         if key[0] == "p2p":
             entry["src"], entry["dst"] = info.src_rank, info.dst_rank
         out.append(entry)
+    for hosts in built.sim.host_instances.values():  # host-side (gloo) collectives: blame alike
+        ordered_h = sorted((h.arrival, h.rank) for h in hosts)
+        if len(ordered_h) > 1:
+            blame[ordered_h[-1][1]][hosts[0].step] += ordered_h[-1][0] - ordered_h[-2][0]
     out.sort(key=lambda e: (min(e["arrivals_us"].values()), e["pg"], e["seq"]))
     return out, blame
 
@@ -319,6 +329,14 @@ def job_step_us(built: Built) -> float:
     return statistics.fmean(per_step) / 1000.0
 
 
+def window_step_us(built: Built) -> float:
+    """Mean over steps of the job step time as the window ledger counts it: each step's longest rank, µs."""
+    per_step = []
+    for step in built.knobs.step_numbers():
+        per_step.append(max(step_windows(c)[step][1] - step_windows(c)[step][0] for c in built.sim.ranks))
+    return statistics.fmean(per_step) / 1000.0
+
+
 def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Built | None = None) -> dict[str, Any]:
     k = built.knobs
     ranks = {str(c.rank): rank_truth(c, built, base_ns) for c in built.sim.ranks}
@@ -334,9 +352,10 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         rt["times_last"] = sum(1 for c in colls if c["last_rank"] == int(r) and len(c["ranks"]) > 1)
     stragglers = []
     cost = job_step_us(built) - job_step_us(baseline) if baseline is not None else None
+    window_cost = window_step_us(built) - window_step_us(baseline) if baseline is not None else None
     for rank, delay, cause in k.stragglers:
         stragglers.append({"rank": rank, "blame_us_per_step": ranks[str(rank)]["blame_us_per_step"], "cause": cause,
-                           "injected_delay_us": delay, "step_cost_us": cost})
+                           "injected_delay_us": delay, "step_cost_us": cost, "window_cost_us": window_cost})
     return {
         "scenario": built.scenario,
         "device": built.sim.dev.name,
@@ -358,7 +377,9 @@ def build_truth(built: Built, base_ns: int, offsets_ns: list[int], baseline: Bui
         "clock_offsets_us": {str(r): _us(off) for r, off in enumerate(offsets_ns)},
         "ledger": job_ledger,
         "ledger_by_step": job_by_step,
+        "ledger_window": window_truth(job_by_step, job_ledger),
         "layout": layout_truth(built),
+        "memory": memory_truth(built.sim.ranks, base_ns),
         "time_base": "µs on the trace clock of an unskewed rank: trace ts - clock_offsets_us[rank]",
     }
 

@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from traceread import intervals as iv
+from traceread.analysis.comm.context import event_context
 from traceread.analysis.kinds import collective_of_kernel, comm_mask
 from traceread.model import RankTrace
 
@@ -64,6 +65,10 @@ EXTRACT_SCHEMA: dict[str, PolarsDataType] = {
     # the difference between two events is how long the GPU computed between them.
     "busy_at_start": pl.Float64,
     "busy_at_end": pl.Float64,
+    # where it was launched from (analysis.comm.context): fwd | bwd | post | nobwd, and the framework
+    # (ddp, fsdp) or engine operator (vllm::all_reduce, ...) that issued it; null when unknown
+    "phase": pl.Utf8,
+    "launcher": pl.Utf8,
 }
 
 #: Collectives where every member must arrive before any can finish (N x N wait rule).
@@ -263,10 +268,13 @@ def comm_events(rt: RankTrace, step_windows: pl.DataFrame | None = None) -> pl.D
             step = np.full(frame.height, -1, dtype=np.int64)
         comp = gpu.filter((pl.col("kind") != "memcpy") & ~is_comm)
         busy = _busy_function(comp)
+        starts = [r if r is not None else o for r, o in zip(launch_rows, comm["op_row"].to_list())]
+        phase, launcher = event_context(host, starts, launch_ts.tolist(), rt.steps)
         frame = frame.with_columns(
             pl.Series("step", step, dtype=pl.Int64),
             pl.Series("busy_at_start", busy(frame["ts"].to_numpy()), dtype=pl.Float64),
             pl.Series("busy_at_end", busy(frame["end"].to_numpy()), dtype=pl.Float64),
+            pl.Series("phase", phase, dtype=pl.Utf8), pl.Series("launcher", launcher, dtype=pl.Utf8),
         )
     else:
         frame = _gloo_events(rt)
@@ -302,6 +310,8 @@ def _gloo_events(rt: RankTrace) -> pl.DataFrame:
     launch = _gloo_issue_times(spans, issued) if spans_recorded else spans["ts"].to_numpy().astype(np.float64)
     anchor = np.where(np.isnan(launch), spans["ts"].to_numpy(), launch) if spans.height else np.empty(0)
     step = _step_of(anchor, rt.steps, "ts", "end") if spans.height else np.empty(0, np.int64)
+    issue_rows = _rows_at(issued, launch)
+    phase, launcher = event_context(host, issue_rows, launch.tolist(), rt.steps) if spans.height else ([], [])
     pg = _single_gloo_group(rt)
     if pg is not None:
         spans = spans.with_columns(
@@ -323,7 +333,14 @@ def _gloo_events(rt: RankTrace) -> pl.DataFrame:
         pl.Series("step", step, dtype=pl.Int64),
         pl.lit(None, pl.Float64).alias("busy_at_start"),
         pl.lit(None, pl.Float64).alias("busy_at_end"),
+        pl.Series("phase", phase, dtype=pl.Utf8), pl.Series("launcher", launcher, dtype=pl.Utf8),
     ).rename({"pg_name": "pg"})
+
+
+def _rows_at(issued: pl.DataFrame, times: np.ndarray) -> list[int | None]:
+    """Host row of the issuing ``c10d::*`` op that started at each time (None when unpaired)."""
+    by_ts = {float(t): int(r) for t, r in zip(issued["ts"].to_list(), issued["row"].to_list())}
+    return [by_ts.get(float(t)) if t == t else None for t in times.tolist()]
 
 
 def _gloo_issue_times(spans: pl.DataFrame, issued: pl.DataFrame) -> np.ndarray:
@@ -635,12 +652,21 @@ def _describe_mismatches(ev: pl.DataFrame, inst: pl.DataFrame) -> list[str]:
         out.append(f"pg '{pg or 'default'}' {op}: most ranks ran {common}, but {detail}")
     incomplete = inst.filter(~pl.col("complete") & ~pl.col("p2p"))
     if incomplete.height:
-        miss = sorted({r for m in incomplete["missing"].to_list() for r in (m or [])})
-        out.append(
-            f"{incomplete.height} collective instance(s) lack ranks"
-            + (f" (missing: {_fmt_ranks(miss)})" if miss else "")
-            + " — outside the profiled window, or a desync/hang"
-        )
+        given = set(ev["rank"].unique().to_list())
+        per = [set(m or []) for m in incomplete["missing"].to_list()]
+        absent = [m for m in per if m and not (m & given)]  # only ranks whose traces were not given
+        if absent:
+            who = sorted(set().union(*absent))
+            out.append(f"{len(absent)} collective instance(s) include ranks whose traces were not given "
+                       f"({_fmt_ranks(who)}): their side is not analysed")
+        rest = [m for m in per if not m or (m & given)]
+        if rest:
+            miss = sorted({r for m in rest for r in m if r in given})
+            out.append(
+                f"{len(rest)} collective instance(s) lack ranks"
+                + (f" (missing: {_fmt_ranks(miss)})" if miss else "")
+                + " — outside the profiled window, or a desync/hang"
+            )
     uniform = ~pl.col("op").is_in(["alltoall", "gather", "scatter"])
     for col, what in (("n_op", "collective"), ("n_dtype", "dtype"), ("n_in", "input size"),
                       ("n_out", "output size")):

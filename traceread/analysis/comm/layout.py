@@ -43,6 +43,9 @@ import polars as pl
 from traceread.fmt import rank_runs
 
 ROLES = ("dp", "fsdp", "tp", "cp", "pp", "ep")
+#: Every value ``Group.role`` takes: the roles, ``other`` (no traffic, barriers, metrics) and
+#: ``unknown`` (traffic whose pattern fits two roles the trace cannot tell apart).
+ROLE_VALUES = (*ROLES, "other", "unknown")
 #: Collectives whose calls span at least this share of the step's compute run per layer (forward and
 #: backward); gradient reductions run during backward only (about half of the compute or less).
 PER_LAYER_SPREAD = 0.75
@@ -142,17 +145,18 @@ class Layout:
     node_source: str | None = None  # "run.json" | "NCCL log" | "device index" | None
 
     def role_of(self, pg: str | None) -> str:
-        """The role of process group ``pg`` (its name); ``"other"`` when unknown."""
-        for g in self.groups:
-            if g.pg == str(pg):
-                return g.role
-        return "other"
+        """The role of process group ``pg`` (its name; None: the traffic no group name was recorded
+        for, :data:`UNNAMED_PG`); ``"other"`` when unknown."""
+        g = self.group(pg)
+        return g.role if g is not None else "other"
 
     def group(self, pg: str | None) -> Group | None:
-        return next((g for g in self.groups if g.pg == str(pg)), None)
+        key = UNNAMED_PG if pg is None else str(pg)
+        return next((g for g in self.groups if g.pg == key), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"degrees": dict(self.degrees), "groups": [g.to_json() for g in self.groups]}
+        return {"degrees": dict(self.degrees), "groups": [g.to_json() for g in self.groups],
+                "node_source": self.node_source}
 
 
 def role_from_desc(desc: str | None) -> str | None:
@@ -170,32 +174,31 @@ def role_from_desc(desc: str | None) -> str | None:
 
 @dataclass
 class _Usage:
-    """What one group did in the traced steps (medians over ranks and steps)."""
+    """What one group did in the traced steps (per rank and step, medians over ranks and steps)."""
 
     calls: Counter[str]  # op -> calls per rank per step
-    spread: float | None  # share of the step's compute between the group's first and last call
+    spread: float | None  # share of the step's compute between the group's first and last dense call
     spread_of: str  # "compute" | "time": what ``spread`` measures
     per_step: float
+    phases: dict[str, Counter[str]] = field(default_factory=dict)  # phase -> op -> calls per rank per step
+    launchers: Counter[str] = field(default_factory=Counter)  # launcher (ddp, fsdp, engine op) -> events
+    p2p: str | None = None  # send/recv topology: "ring" (one-way rotation, closed), "one-way" (not closed
+    #                         over the ranks given), "two-way" (each rank exchanges both ways), None
 
 
-def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
-            compute: Mapping[tuple[int, int], float]) -> dict[str, _Usage]:
-    """Per group: calls per rank and step by op, and how much of the step the group's calls span.
+#: Collectives that carry per-layer activations or parameters (a broadcast or barrier does not).
+DENSE = ("allreduce", "allgather", "reducescatter")
 
-    The spread tells per-layer collectives (first call in the first layer's forward, last in the
-    last layer's backward: nearly all of the compute) from gradient reductions (backward only).
-    It is measured in compute time (``busy_at_*``, the compute kernels' busy time, against the
-    step's ``compute_us``) so that pipeline bubbles and data loading do not count; on CPU
-    collectives (gloo), in the step's wall time outside the group's own calls. Vectorised over all
-    groups at once (a large job has thousands of groups).
-    """
-    if ev.height == 0:
-        return {}
-    ev = ev.select("pg", "rank", "step", "op", "ts", "end", "busy_at_start")
-    if (ev["step"] >= 0).any():
-        ev = ev.filter(pl.col("step") >= 0)
+
+def _dense_spread(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
+                  compute: Mapping[tuple[int, int], float]) -> pl.DataFrame:
+    """Per group: median over ranks and steps of how much of the step its dense calls span (see
+    :func:`_usages`), in compute time (``by_compute``) and in wall time outside them (``by_time``)."""
+    dense = ev.filter(pl.col("op").is_in(list(DENSE)))
+    if dense.height == 0:
+        return pl.DataFrame(schema={"pg": pl.Utf8, "by_compute": pl.Float64, "by_time": pl.Float64})
     dur = pl.col("end") - pl.col("ts")
-    per_rs = ev.group_by(["pg", "rank", "step"]).agg(
+    per_rs = dense.group_by(["pg", "rank", "step"]).agg(
         pl.col("busy_at_start").min().alias("b0"), pl.col("busy_at_start").max().alias("b1"),
         pl.col("ts").min().alias("t0"), pl.col("ts").max().alias("t1"),
         dur.sum().alias("dur"), dur.sort_by("ts").last().alias("last"))
@@ -218,20 +221,86 @@ def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
         pl.when(rest > 0).then(((pl.col("t1") - pl.col("t0") - (pl.col("dur") - pl.col("last"))) / rest)
                                .clip(0.0, 1.0)).alias("by_time"),
     )
-    spread = per_rs.group_by("pg").agg(pl.len().alias("ranksteps"), pl.col("by_compute").median(),
-                                       pl.col("by_time").median())
-    calls: dict[str, Counter[str]] = defaultdict(Counter)
-    ranksteps = {pg: max(int(n), 1) for pg, n in spread.select("pg", "ranksteps").iter_rows()}
-    for pg, op, n in ev.group_by(["pg", "op"]).agg(pl.len()).iter_rows():
-        # a Counter for its zero default, though calls per rank and step are fractions (typeshed: int only)
-        calls[pg][op] = float(n) / ranksteps.get(pg, 1)  # type: ignore[assignment]
+    return per_rs.group_by("pg").agg(pl.col("by_compute").median(), pl.col("by_time").median())
+
+
+def _p2p_topology(ev: pl.DataFrame, members: Mapping[str, Sequence[int]]) -> dict[str, str]:
+    """Per group with send/recv: ``ring`` when every rank given sends to one peer and receives from
+    another and the partners close a cycle of 3 or more over all members (a context-parallel ring
+    rotation); ``one-way`` when the given ranks rotate one way but not every member was given;
+    ``two-way`` when a rank exchanges with a peer in both directions or with several peers (a
+    pipeline stage: activations one way, gradients back)."""
+    p = ev.filter(pl.col("p2p") & pl.col("src_rank").is_not_null() & pl.col("dst_rank").is_not_null())
+    out: dict[str, str] = {}
+    if p.height == 0:
+        return out
+    for (pg,), g in p.group_by(["pg"]):
+        edges = {(int(s), int(d)) for s, d in g.select("src_rank", "dst_rank").unique().iter_rows() if s != d}
+        seen = set(g["rank"].unique().to_list())
+        outs: dict[int, set[int]] = defaultdict(set)
+        ins: dict[int, set[int]] = defaultdict(set)
+        for s, d in edges:
+            outs[s].add(d)
+            ins[d].add(s)
+        one_way = all(len(outs[r]) == 1 and len(ins[r]) == 1 and outs[r] != ins[r] for r in seen)
+        if not one_way:
+            out[str(pg)] = "two-way"
+            continue
+        nodes = {x for e in edges for x in e}
+        closed = len(nodes) >= 3 and all(len(outs[x]) == 1 and len(ins[x]) == 1 for x in nodes)
+        every = set(members.get(str(pg)) or []) <= seen and bool(members.get(str(pg)))
+        out[str(pg)] = "ring" if closed and every else "one-way"
+    return out
+
+
+def _usages(ev: pl.DataFrame, windows: Mapping[int, pl.DataFrame],
+            compute: Mapping[tuple[int, int], float], members: Mapping[str, Sequence[int]] | None = None
+            ) -> dict[str, _Usage]:
+    """Per group: calls per rank and step by op and by phase, who launched them, the send/recv
+    topology, and how much of the step the group's dense calls span.
+
+    The spread tells per-layer collectives (first call in the first layer's forward, last in the
+    last layer's backward: nearly all of the compute) from gradient reductions (backward only),
+    where the trace cannot say which phase launched a call. It is measured in compute time
+    (``busy_at_*``, the compute kernels' busy time, against the step's ``compute_us``) so that
+    pipeline bubbles and data loading do not count; on CPU collectives (gloo), in the step's wall
+    time outside the group's own calls. Broadcasts and barriers are left out of it (a DDP buffer
+    broadcast at the start of forward would stretch a gradient all-reduce group over the step).
+    Vectorised over all groups at once (a large job has thousands of groups).
+    """
+    if ev.height == 0:
+        return {}
+    cols = [c for c in ("pg", "rank", "step", "op", "ts", "end", "busy_at_start", "phase", "launcher", "p2p",
+                        "src_rank", "dst_rank") if c in ev.columns]
+    ev = ev.select(cols)
+    for c in ("phase", "launcher"):
+        if c not in ev.columns:
+            ev = ev.with_columns(pl.lit(None, pl.Utf8).alias(c))
+    if (ev["step"] >= 0).any():
+        ev = ev.filter(pl.col("step") >= 0)
+    ranksteps = {str(pg): max(int(n), 1) for pg, n in
+                 ev.select("pg", "rank", "step").unique().group_by("pg").len().iter_rows()}
+    spread = {str(pg): (bc, bt) for pg, bc, bt in _dense_spread(ev, windows, compute).iter_rows()}
+    calls: dict[str, Counter[str]] = defaultdict(Counter)  # values are calls per rank and step (floats)
+    phases: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for name, op, phase, n in ev.group_by(["pg", "op", "phase"]).agg(pl.len()).iter_rows():
+        per = float(n) / ranksteps.get(str(name), 1)
+        calls[str(name)][op] += per  # type: ignore[assignment]
+        phases[str(name)][phase or "?"][op] += per  # type: ignore[assignment]
+    launchers: dict[str, Counter[str]] = defaultdict(Counter)
+    for name, who, n in ev.filter(pl.col("launcher").is_not_null()).group_by(["pg", "launcher"]).agg(pl.len()).iter_rows():
+        launchers[str(name)][who] += int(n)
+    topo = _p2p_topology(ev, members or {}) if "p2p" in ev.columns else {}
     out = {}
-    for pg, _n, by_c, by_t in spread.iter_rows():
-        c = calls[pg]
+    for key in ranksteps:
+        cnt = calls[key]
+        by_c, by_t = spread.get(key, (None, None))
+        sp: float | None
         if by_c is not None:
-            out[pg] = _Usage(c, float(by_c), "compute", sum(c.values()))
+            sp, of = float(by_c), "compute"
         else:
-            out[pg] = _Usage(c, float(by_t) if by_t is not None else None, "time", sum(c.values()))
+            sp, of = (float(by_t) if by_t is not None else None), "time"
+        out[key] = _Usage(cnt, sp, of, float(sum(cnt.values())), dict(phases[key]), launchers[key], topo.get(key))
     return out
 
 
@@ -242,6 +311,18 @@ def _fmt_calls(calls: Counter[str]) -> str:
     return ", ".join(f"{op} {n:.3g}/step" for op, n in top)
 
 
+def _fmt_phases(u: _Usage) -> str:
+    """``forward: allreduce 8/step; backward: allreduce 8/step`` (phases the trace tells apart)."""
+    label = {"fwd": "forward", "bwd": "backward", "post": "after backward", "nobwd": "no backward in the step"}
+    parts = [f"{label[p]}: {_fmt_calls(u.phases[p])}" for p in ("fwd", "bwd", "post", "nobwd") if u.phases.get(p)]
+    return "; ".join(parts)
+
+
+#: Engines whose own collective operators carry tensor parallelism (vLLM, SGLang, TensorRT-LLM...).
+def _engine_ops(u: _Usage) -> list[str]:
+    return sorted(w for w in u.launchers if w not in ("ddp", "fsdp"))
+
+
 def role_from_usage(u: _Usage) -> tuple[str, str]:
     """(role, evidence) from the collectives a group runs; see the module docstring."""
     if u.per_step <= 0:
@@ -250,26 +331,77 @@ def role_from_usage(u: _Usage) -> tuple[str, str]:
     what = _fmt_calls(c)
     p2p = c["send"] + c["recv"] + c["sendrecv"]
     of = "the step's compute" if u.spread_of == "compute" else "the step's time outside them"
-    pos = f", calls spread over {100 * u.spread:.0f}% of {of}" if u.spread is not None and u.per_step >= 2 else ""
+    dense = c["allreduce"] + c["allgather"] + c["reducescatter"]
+    pos = f", calls spread over {100 * u.spread:.0f}% of {of}" if u.spread is not None and dense >= 2 else ""
+    engine = _engine_ops(u)
+    total_launch = sum(u.launchers.values())
     if p2p >= 0.5 * u.per_step:
+        if u.p2p == "ring":
+            return "cp", (f"point-to-point send/recv ({what}) rotating one way around a closed ring of the group's "
+                          "ranks: context-parallel exchange of keys/values")
+        if u.p2p == "one-way":
+            return "unknown", (f"point-to-point send/recv ({what}) passed one way (receive from one peer, send to "
+                               "another): a context-parallel ring or a forward-only pipeline; the ranks given do not "
+                               "close the ring")
         return "pp", f"point-to-point send/recv ({what}): activations passed between pipeline stages"
     if c["alltoall"] > 0 and c["allreduce"] == 0 and c["alltoall"] >= max(c["allgather"], c["reducescatter"]):
         return "ep", f"all-to-all ({what}): tokens exchanged between expert ranks"
+    if engine and sum(u.launchers[w] for w in engine) * 2 >= total_launch:
+        return "tp", (f"{what}, issued by {', '.join(engine[:2])}: inference engines route their tensor-parallel "
+                      "collectives through their own operators")
+    if u.launchers.get("fsdp", 0) * 2 > total_launch > 0 and dense > 0:
+        return "fsdp", f"{what}, issued by FullyShardedDataParallel: parameters gathered, gradients reduced"
+    ph = u.phases
+    fwd, bwd, post, nobwd = (ph.get(k, Counter()) for k in ("fwd", "bwd", "post", "nobwd"))
+    if fwd or bwd or post:  # the trace shows forward and backward: the phases decide
+        return _role_by_phase(u, fwd, bwd, post, what)
+    if nobwd and not (ph.keys() - {"nobwd", "?"}):  # no backward anywhere in its steps: inference or serving
+        return _role_without_backward(nobwd, what)
     if u.spread_of == "compute":
         per_layer = u.spread is not None and u.spread >= PER_LAYER_SPREAD
     else:  # wall time is a weaker witness (host stalls, waits inside the step): ask for more
-        per_layer = u.spread is not None and u.spread >= PER_LAYER_SPREAD_TIME and u.per_step >= 4
+        per_layer = u.spread is not None and u.spread >= PER_LAYER_SPREAD_TIME and dense >= 4
     if c["allgather"] > 0 and c["reducescatter"] > 0 and c["allreduce"] < min(c["allgather"], c["reducescatter"]):
         return "fsdp", f"all-gather with reduce-scatter ({what}{pos}): parameters gathered, gradients reduce-scattered"
-    dense = c["allreduce"] + c["allgather"] + c["reducescatter"]
     if dense >= 2 and per_layer:
         return "tp", f"{what}{pos}: per-layer activation collectives in forward and backward"
     if c["allreduce"] > 0:
         also = " (its all-to-alls exchange embeddings or tokens on the same group)" if c["alltoall"] else ""
-        return "dp", f"{what}{pos}: gradient all-reduce during backward only{also}"
+        return "dp", (f"{what}{pos}: all-reduces not spread over the step like per-layer collectives, taken as "
+                      f"gradient reduction (the trace does not say forward from backward){also}")
     if dense > 0:  # all-gather or reduce-scatter alone, not per layer (metrics, checkpoint gathers)
         return "other", f"{what}{pos}"
     return "other", f"{what} (barriers/broadcasts only)"
+
+
+def _role_by_phase(u: _Usage, fwd: Counter[str], bwd: Counter[str], post: Counter[str], what: str) -> tuple[str, str]:
+    """Roles of a training group from what it runs in forward and in backward (module docstring)."""
+    where = _fmt_phases(u)
+    ddp = " under DistributedDataParallel" if u.launchers.get("ddp") else ""
+    if fwd["reducescatter"] >= 1 and fwd["allgather"] >= 1:
+        return "tp", (f"{where}: all-gather and reduce-scatter inside forward (FSDP reduce-scatters gradients only "
+                      "in backward): sequence-parallel tensor parallelism")
+    if fwd["allreduce"] >= 2 and bwd["allreduce"] >= 2:
+        return "tp", f"{where}: per-layer activation all-reduces in forward and backward"
+    if (fwd["allgather"] + bwd["allgather"]) > 0 and (bwd["reducescatter"] + post["reducescatter"]) > 0:
+        return "fsdp", f"{where}: parameters all-gathered, gradients reduce-scattered in backward"
+    if bwd["allreduce"] + post["allreduce"] > 0 and fwd["allreduce"] < 2:
+        also = " (its all-to-alls exchange embeddings or tokens on the same group)" if u.calls["alltoall"] else ""
+        bc = " and a broadcast of buffers in forward" if fwd["broadcast"] else ""
+        return "dp", f"{where}: gradient all-reduce in backward only{bc}{ddp}{also}"
+    if fwd["allreduce"] >= 2:
+        return "tp", f"{where}: per-layer all-reduces in forward (none in backward)"
+    return "other", f"{where or what}: no per-layer or gradient pattern"
+
+
+def _role_without_backward(nobwd: Counter[str], what: str) -> tuple[str, str]:
+    """Roles when the steps have no backward (inference, serving, forward-only windows)."""
+    if nobwd["allreduce"] >= 2 or (nobwd["allgather"] >= 1 and nobwd["reducescatter"] >= 1):
+        return "tp", f"{what} with no backward in the trace: per-layer activation collectives of inference"
+    if nobwd["allgather"] >= 2:
+        return "unknown", (f"{what} with no backward in the trace: parameter gathers (FSDP) or activation gathers "
+                           "(tensor/sequence parallel) cannot be told apart")
+    return "other", f"{what} with no backward in the trace"
 
 
 def _chain_length(ev: pl.DataFrame) -> int:
@@ -323,6 +455,29 @@ def node_map(ranks: Iterable[int], *, hosts: Mapping[int, str] | None = None,
     return {}, None
 
 
+#: Name of the row that gathers collectives the trace attributes to no process group (engines' own
+#: communicators, custom all-reduce and expert-parallel kernels, older traces' unnamed kernels).
+UNNAMED_PG = "(unnamed)"
+_NGPUS_RE = re.compile(r"(?:cross_?device_?reduce|all_?reduce)\w*<[^<>]*?,\s*(\d+)\s*>", re.IGNORECASE)
+
+
+def _unnamed_size(ev: pl.DataFrame, world_size: int | None) -> tuple[int, str]:
+    """Size of the unnamed traffic's group and where it came from: ``Group size`` when recorded, the
+    GPU count a custom all-reduce kernel is compiled for (``cross_device_reduce_1stage<T, 4>``), else
+    the world size."""
+    gs = ev["group_size"].drop_nulls()
+    if gs.len():
+        return int(gs.max()), "the Group size recorded on its collectives"  # type: ignore[arg-type]
+    sizes = Counter(int(m.group(1)) for k in ev["kernel"].drop_nulls().unique().to_list()
+                    for m in [_NGPUS_RE.search(k)] if m)
+    if sizes:
+        n = max(sizes.items(), key=lambda kv: kv[1])[0]
+        return n, f"the GPU count its all-reduce kernel is compiled for ({n})"
+    if world_size:
+        return int(world_size), "the world size (the trace names no group for it)"
+    return len(ev["rank"].unique()), "the ranks given"
+
+
 def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[Mapping[str, Any]] = (), *,
                  windows: Mapping[int, pl.DataFrame] | None = None, hosts: Mapping[int, str] | None = None,
                  nccl: Mapping[str, Any] | None = None, devices: Mapping[int, int | None] | None = None,
@@ -338,45 +493,76 @@ def infer_layout(comm: pl.DataFrame | Sequence[pl.DataFrame], groups: Iterable[M
     frames = [comm] if isinstance(comm, pl.DataFrame) else [f for f in comm if f.height]
     ev = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
     by_pg: dict[str, Group] = {}
-    for listed in groups:
-        pg = str(listed.get("pg_name"))
+    listed: set[str] = set()
+    for g in groups:
+        pg = str(g.get("pg_name"))
         if pg not in by_pg:
-            members = expand_ranks(listed.get("ranks"))
-            by_pg[pg] = Group(pg, listed.get("pg_desc"), int(listed.get("pg_size") or len(members)), members)
+            members = expand_ranks(g.get("ranks"))
+            by_pg[pg] = Group(pg, g.get("pg_desc"), int(g.get("pg_size") or len(members)), members)
+            listed.add(pg)
     unnamed = False
     if ev.height:
         unnamed = ev["pg"].null_count() == ev.height and not by_pg
-        ev = ev.with_columns(pl.col("pg").fill_null(DEFAULT_PG)) if unnamed else ev.filter(pl.col("pg").is_not_null())
+        if unnamed:  # older torch names no group anywhere: every collective is the default group's
+            ev = ev.with_columns(pl.col("pg").fill_null(DEFAULT_PG))
+        elif ev["pg"].null_count():  # named groups exist, but some traffic names none: one row of its own
+            orphans = ev.filter(pl.col("pg").is_null())
+            size, size_src = _unnamed_size(orphans, world_size)
+            seen = sorted(orphans["rank"].unique().to_list())
+            members = list(range(size)) if world_size and size == world_size else seen
+            grp = Group(UNNAMED_PG, None, size, members)
+            grp.evidence = (f"collectives the trace attributes to no process group, size from {size_src}"
+                            + ("" if members != seen or size == len(seen) else "; members as given"))
+            by_pg[UNNAMED_PG] = grp
+            ev = ev.with_columns(pl.col("pg").fill_null(UNNAMED_PG))
         missing = ev.filter(~pl.col("pg").is_in(list(by_pg))).group_by("pg").agg(
             pl.col("pg_ranks").drop_nulls().first(), pl.col("group_size").max(),
             pl.col("pg_desc").drop_nulls().first(), pl.col("rank").unique().sort().alias("seen"))
         for pg, pg_ranks, size, desc, seen in missing.iter_rows():  # groups no pg_config listed
             members = expand_ranks(pg_ranks) or list(seen)
+            if str(pg) == DEFAULT_PG and not expand_ranks(pg_ranks) and not size and world_size:
+                members = list(range(int(world_size)))  # torch's group "0" is the world
             by_pg[str(pg)] = Group(str(pg), desc, int(size or len(members)), members)
-    traced = set(ev["rank"].unique().to_list()) if ev.height else set()
-    all_ranks = sorted({r for g in by_pg.values() for r in g.ranks} | traced)
+        # a listed group whose own collectives say it is larger (a stale or one-rank pg_config): the
+        # collectives' Group size and member list win, and the evidence says so
+        bigger = ev.filter(pl.col("pg").is_in(list(listed))).group_by("pg").agg(
+            pl.col("group_size").max(), pl.col("pg_ranks").drop_nulls().first())
+        for pg, size, pg_ranks in bigger.iter_rows():
+            grp = by_pg[str(pg)]
+            if size and int(size) > grp.size:
+                was = grp.size
+                grp.ranks = expand_ranks(pg_ranks) or (list(range(int(size))) if size == world_size else grp.ranks)
+                grp.size = int(size)
+                grp.evidence = f"size {grp.size} from its collectives' Group size (distributedInfo.pg_config says {was})"
+    seen_ranks = set(ev["rank"].unique().to_list()) if ev.height else set()
+    all_ranks = sorted({r for grp in by_pg.values() for r in grp.ranks} | seen_ranks)
     nodes, node_src = node_map(all_ranks, hosts=hosts, nccl=nccl, devices=devices, world_size=world_size)
-    usages = _usages(ev, windows or {}, compute or {}) if ev.height else {}
+    usages = _usages(ev, windows or {}, compute or {}, {pg: g.ranks for pg, g in by_pg.items()}) if ev.height else {}
     pp_stages = 0
-    for g in by_pg.values():
-        usage = usages.get(g.pg) or _Usage(Counter(), None, "time", 0.0)
-        named = role_from_desc(g.desc)
+    for grp in by_pg.values():
+        usage = usages.get(grp.pg) or _Usage(Counter(), None, "time", 0.0)
+        named = role_from_desc(grp.desc)
         role, why = role_from_usage(usage)
+        lead = grp.evidence + "; " if grp.evidence else ""
         if named:
             runs = f"; runs {_fmt_calls(usage.calls)}" if usage.per_step else ""
-            g.role, g.evidence = named, f"description '{g.desc}'{runs}"
-        elif g.size <= 1:
-            g.role, g.evidence = "other", "a single rank: nothing to communicate"
+            grp.role, grp.evidence = named, f"description '{grp.desc}'" + runs
+        elif grp.size <= 1 and not usage.per_step:
+            grp.role, grp.evidence = "other", "a single rank: nothing to communicate"
         else:
-            g.role, g.evidence = role, why
+            grp.role, grp.evidence = role, lead + why
+        if grp.pg in listed and not usage.per_step and ev.height and grp.size > 1 and not named:
+            grp.evidence += " (listed in distributedInfo.pg_config)"
+            if UNNAMED_PG in by_pg:
+                grp.evidence += f"; collectives that name no group are in the {UNNAMED_PG} row"
         if unnamed:
-            g.evidence += "; the trace does not name process groups: all collectives taken as the default group"
-        if g.role == "pp" and usage.per_step:
-            pp_stages = max(pp_stages, _chain_length(ev.filter(pl.col("pg") == g.pg)))
+            grp.evidence += "; the trace does not name process groups: all collectives taken as the default group"
+        if grp.role == "pp" and usage.per_step:
+            pp_stages = max(pp_stages, _chain_length(ev.filter(pl.col("pg") == grp.pg)))
         if nodes:
-            g.nodes = sorted({nodes[r] for r in g.ranks if r in nodes})
-            if len(g.nodes) > 1:
-                g.evidence += f"; spans {len(g.nodes)} nodes (nodes from {node_src})"
+            grp.nodes = sorted({nodes[r] for r in grp.ranks if r in nodes})
+            if len(grp.nodes) > 1:
+                grp.evidence += f"; spans {len(grp.nodes)} nodes (nodes from {node_src})"
     widest = max(by_pg.values(), key=lambda x: (x.size, -len(x.pg)), default=None)
     if widest is not None and node_src and len(widest.nodes) <= 1:  # say where nodes came from once
         widest.evidence += f"; nodes from {node_src}"

@@ -16,13 +16,20 @@ Per group (process group, collective, message bytes):
 * ``algbw_gbps`` = S / latency (GB = 1e9 B), ``busbw_gbps`` = algbw × nccl-tests factor with n =
   group size: allreduce 2(n−1)/n; allgather, reduce-scatter, all-to-all (n−1)/n; broadcast, reduce,
   send/recv 1. Null when S is unknown (traces without comm args).
-* ``link`` / ``link_peak_gbps``: "network" when the group spans several hosts (peak: the per-GPU
-  NIC bandwidth when the caller knows it, e.g. from the NCCL log), else the intra-node link of the
-  device from :data:`traceread.analysis.hardware.LINKS` ("nvlink", "pcie", "xgmi", ...) with its
-  per-direction peak (busbw is "the speed of the hardware bottleneck", compared per direction).
+* ``link`` / ``link_peak_gbps`` / ``link_name`` / ``link_source``: the link the group's transfers
+  used (:func:`traceread.analysis.hardware.transfer_link`), the same rule for collectives and
+  point-to-point: ``host`` for gloo (CPU memory and TCP: no GPU link, no peak); ``network`` when
+  the group's ranks sit on several nodes (nodes from run.json hosts, the NCCL log's nNodes ×
+  localRanks, else the device index restarting at 0 on each node) — the NIC the NCCL log names
+  (InfiniBand, RoCE, EFA, sockets), else the usual NIC of the GPU generation; otherwise the GPUs'
+  own link inside the node from :data:`traceread.analysis.hardware.LINKS` (``nvlink``, ``xgmi``,
+  ``pcie``) with its per-direction peak (busbw is "the speed of the hardware bottleneck", compared
+  per direction).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -50,16 +57,12 @@ def busbw_factor(op: str, n: int) -> float:
 def intra_node_link(device_name: str | None, num_sms: int | None = None) -> tuple[str | None, float | None]:
     """``(link kind, per-direction GB/s)`` between GPUs of one node, from :mod:`devices`' table
     (``LINKS``); (None, None) for a device it does not know."""
-    from traceread.analysis.hardware import LINKS, lookup_device
+    from traceread.analysis.hardware import intra_node_choice
 
     if not device_name:
         return None, None
-    spec = lookup_device(device_name, num_sms).spec
-    key = getattr(spec, "link", None)
-    if not key or key not in LINKS:
-        return None, None
-    kind = "nvlink" if key.startswith("nvlink") else "pcie" if key.startswith("pcie") else key.split("-")[0]
-    return kind, LINKS[key].per_direction_bytes_per_s / 1e9
+    c = intra_node_choice(device_name, num_sms)
+    return c.kind, c.peak_gbps
 
 
 def instance_timing(
@@ -85,19 +88,22 @@ def collective_table(
     hosts: dict[int, str] | None = None,
     device_names: dict[int, str | None] | None = None,
     network_gbps: float | None = None,
+    nodes: dict[int, int] | None = None,
+    nccl: dict[str, Any] | None = None,
 ) -> list[CollectiveEntry]:
     """The report's ``collectives`` rows, largest total time first (definitions in the module doc).
 
-    ``hosts``: rank -> host (several hosts in a group means the network link); ``device_names``:
-    rank -> deviceProperties name; ``network_gbps``: per-GPU network bandwidth per direction when
-    known (e.g. from the NCCL log), else the network peak is null.
+    ``nodes``: rank -> node (:func:`traceread.analysis.comm.layout.node_map`); ``hosts``: rank ->
+    host (run.json; used when ``nodes`` is not given); ``device_names``: rank -> deviceProperties
+    name; ``nccl``: the parsed NCCL log (which NIC); ``network_gbps``: per-GPU network bandwidth per
+    direction when the caller knows it better than the NIC table.
     """
     t = instance_timing(matched, clock)
     if t.height == 0:
         return []
     per_inst = t.group_by("instance").agg(
         pl.col("transfer_us").first(), pl.col("wait").mean().alias("mean_wait"),
-        pl.col("rank").alias("ranks"),
+        pl.col("rank").alias("ranks"), pl.col("backend").drop_nulls().first().alias("backend"),
     )
     inst = matched.instances.join(per_inst, on="instance")
     inst = inst.with_columns(_pg_label().alias("pg"))
@@ -122,9 +128,11 @@ def collective_table(
             entry["algbw_gbps"] = alg
             entry["busbw_gbps"] = alg * busbw_factor(str(op), n)
         members = {r for rs in g["ranks"].to_list() for r in rs}
-        link, peak = _link_for(members, hosts, device_names, network_gbps)
-        entry["link"] = link
-        entry["link_peak_gbps"] = peak
+        choice = _link_for(members, hosts, device_names, network_gbps, nodes, nccl, g["backend"][0])
+        entry["link"] = choice.kind
+        entry["link_peak_gbps"] = choice.peak_gbps
+        entry["link_name"] = choice.name
+        entry["link_source"] = choice.source
         out.append(entry)
     out.sort(key=lambda e: -(e["latency_us"] + e["wait_us"]) * e["count"])
     return out
@@ -145,13 +153,24 @@ def _link_for(
     hosts: dict[int, str] | None,
     device_names: dict[int, str | None] | None,
     network_gbps: float | None,
-) -> tuple[str | None, float | None]:
-    if hosts and len({hosts.get(r) for r in members}) > 1:
-        return "network", network_gbps
+    nodes: dict[int, int] | None = None,
+    nccl: dict[str, Any] | None = None,
+    backend: str | None = None,
+) -> Any:
+    """The :class:`~traceread.analysis.hardware.LinkChoice` of one group's transfers."""
+    from traceread.analysis.hardware import LinkChoice, transfer_link
+
+    if nodes and all(r in nodes for r in members):
+        spans: bool | None = len({nodes[r] for r in members}) > 1
+    elif hosts and all(r in hosts for r in members):
+        spans = len({hosts[r] for r in members}) > 1
+    else:
+        spans = None
     names = {(device_names or {}).get(r) for r in members} - {None}
-    if len(names) == 1:
-        return intra_node_link(names.pop())
-    return None, None
+    if len(names) > 1 and backend != "gloo":
+        return LinkChoice(None, None, None, "mixed devices", f"members run on {len(names)} device types")
+    return transfer_link(spans_nodes=spans, backend=backend, device_name=next(iter(names), None), nccl=nccl,
+                         network_gbps=network_gbps if spans else None)
 
 
 def wait_matrix(

@@ -22,8 +22,9 @@ broadcast):
   computing (compute-kernel busy time, slower kernels or more work) than sitting idle, ``host``
   when the extra time was idle — the GPU waited for work (dataloader, GC, Python, host sync).
   Without a previous collective: ``host`` when the launch came less than half the gap before the
-  kernel started (most lateness accrued before the host issued it), else ``gpu``. ``unknown``
-  without launch times. A rank's cause is the one carrying most of its (root) blame.
+  kernel started (most lateness accrued before the host issued it), else ``gpu`` — ``unknown``
+  where no GPU work is measured (host-side collectives: the CPU issued it early, yet it started
+  late). ``unknown`` without launch times. A rank's cause is the one carrying most of its (root) blame.
 * **root vs propagated** (Böhme et al., Scalasca delay analysis): with ``c⁻`` the previous
   synchronising instance of each rank, the local interval ``I_r = arrival_r(c) − end_r(c⁻)``. The
   late rank is a *root* when ``I_late − median(I_on-time) > max(ε, gap/2)`` — it spent longer since
@@ -181,6 +182,7 @@ def _blame_records(t: pl.DataFrame, eps: float) -> pl.DataFrame:
     stepc = t["step"].to_numpy()
     pgs = t["pg"].to_list()
     ops = t["op"].to_list()
+    host_side = (t["backend"] == "gloo").to_numpy() if "backend" in t.columns else np.zeros(t.height, dtype=bool)
     rows: list[dict[str, Any]] = []
     blamed_in: dict[int, int] = {}  # instance -> rank with the largest blame there
     for a, b in zip(starts, stops):
@@ -200,7 +202,7 @@ def _blame_records(t: pl.DataFrame, eps: float) -> pl.DataFrame:
         for j in np.flatnonzero(late):
             idx = a + j
             q = launch[idx]
-            cause = _cause(interval[idx], busy[idx], i_on, b_on, ts[idx], q, gap)
+            cause = _cause(interval[idx], busy[idx], i_on, b_on, ts[idx], q, gap, bool(host_side[idx]))
             root, direct, from_rank = True, True, None
             if not np.isnan(interval[idx]) and np.any(~np.isnan(i_on)):
                 delta = interval[idx] - _median(i_on[~np.isnan(i_on)])
@@ -283,7 +285,7 @@ def _median(a: np.ndarray) -> float:
 
 
 def _cause(interval: float, busy: float, i_on: np.ndarray, b_on: np.ndarray, arrival: float,
-           launch: float, gap: float) -> str:
+           launch: float, gap: float, host_side: bool = False) -> str:
     """gpu / host / unknown for one late arrival (see the module docstring)."""
     ok = ~np.isnan(i_on) & ~np.isnan(b_on)
     if not np.isnan(interval) and not np.isnan(busy) and ok.any():
@@ -292,6 +294,8 @@ def _cause(interval: float, busy: float, i_on: np.ndarray, b_on: np.ndarray, arr
         return "gpu" if more_busy >= more_idle else "host"
     if np.isnan(launch):
         return "unknown"
+    if host_side:  # a host-side collective (gloo): no GPU work measured, never "gpu"
+        return "host" if arrival - launch < 0.5 * gap else "unknown"
     return "host" if arrival - launch < 0.5 * gap else "gpu"
 
 

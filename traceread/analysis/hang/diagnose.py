@@ -1,82 +1,42 @@
-"""Why did the job hang? Name the culprit rank, the collective, and the line each rank is stuck on.
+"""Why did the job hang? Every culprit rank, every stuck process group, and each culprit's line.
 
-A distributed hang is almost always one (or a few) ranks that never issued collective #N of a
-process group while every other member sits inside #N until the timeout. The members that time
-out are *victims*; torchrun's "Root Cause (first observed failure)" names the first victim to
-exit, not the culprit. Sources, best first, all optional:
+A distributed hang is one or a few ranks that stopped (a GPU that stopped, a host stuck, spinning or
+stopped, a collective skipped or issued out of order) while every other rank waits, directly or
+through other groups, until the timeout. The ranks that time out are *victims*; torchrun's "Root
+Cause (first observed failure)" names the first victim to exit, not the culprit. Sources, best
+first, all optional (:mod:`traceread.analysis.hang.sources` reads them):
 
-1. Flight Recorder dumps (``fr/rank{R}.json|.pkl``): per PG and rank the last enqueued and
-   completed collective seq (``pg_status``) and the entries (op, sizes, dtypes). For the PG with
-   unfinished work, N = the highest seq any member enqueued; *missing ranks* enqueued less than N,
-   *waiting ranks* enqueued N and did not complete it. If every member enqueued N, the entries
-   are compared: a different op/size/dtype on some ranks is a mismatch (the minority is named).
-2. PyTorch watchdog lines in NCCL/launcher logs (``Watchdog caught collective operation timeout:
-   WorkNCCL(SeqNum=N, OpType=...)``): the ranks that report a timeout on (PG, N) wait in it; world
-   members that report none are the suspects.
-3. Stack dumps (``stacks/rank{R}.txt``, faulthandler or py-spy): ranks whose main thread is inside a
-   ``torch.distributed`` call wait; the others are the suspects. Always used for the "where": the
-   innermost user-code frame of each rank's main thread.
-4. torchelastic error files (``errors/rank{R}.json``) and the collector's ``hang.json`` add
-   evidence (who timed out first, who stopped stepping, who did not answer the dump request).
-
-A RUN folder may hold these directly or per host (``RUN/<host>/fr/...``); both are read.
+1. Flight Recorder dumps, anywhere: every group, every culprit
+   (:mod:`traceread.analysis.hang.attribution`).
+2. PyTorch watchdog lines in NCCL/launcher logs: the ranks that report a timeout on (PG, N) wait in
+   it; world members that report none are the suspects.
+3. Stack dumps (faulthandler, py-spy): ranks whose main thread is inside a ``torch.distributed`` call
+   wait; the others are the suspects. Always used for the "where" of each culprit.
+4. torchelastic error files and the collector's ``hang.json`` add evidence (who timed out first, who
+   stopped stepping, who did not answer the dump request); each culprit gets the last log line it wrote.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traceread.analysis.hang.flight_recorder import FRDump, FREntry, pg_descriptions, pg_members, read_fr_dir
-from traceread.analysis.hang.nccl_log import find_nccl_logs, parse_nccl_logs
-from traceread.analysis.hang.stack_dumps import (
-    Frame,
-    RankStack,
-    collective_call,
-    is_library,
-    read_stacks_dir,
-    source_line,
-    stuck_frame,
-)
+from traceread.analysis.hang.attribution import WHY_TEXT, Attribution, Culprit, Stuck, attribute
+from traceread.analysis.hang.flight_recorder import normalize_op
+from traceread.analysis.hang.sources import HangSources, error_message, error_time, is_timeout, load_sources
+from traceread.analysis.hang.stack_dumps import collective_call, source_line, stuck_frame
 from traceread.errors import TraceReadError
-from traceread.read.jsonfile import load_json_object
-from traceread.report_schema import HangEntry
+from traceread.fmt import rank_runs
+from traceread.report_schema import HangBehind, HangCulprit, HangEntry, HangGroup
 
-_OPTYPE = {
-    "ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "_ALLGATHER_BASE": "all_gather",
-    "ALLGATHER_COALESCED": "all_gather", "REDUCE_SCATTER": "reduce_scatter", "_REDUCE_SCATTER_BASE": "reduce_scatter",
-    "BROADCAST": "broadcast", "BARRIER": "barrier", "ALLTOALL": "all_to_all", "ALLTOALL_BASE": "all_to_all",
-    "SEND": "send", "RECV": "recv", "REDUCE": "reduce", "GATHER": "gather", "SCATTER": "scatter",
-    "COALESCED": "coalesced",
-}
-_TIMEOUT_TEXT = re.compile(r"timed out|timeout|watchdog", re.I)
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
-_RC_RANK = re.compile(r"rank\s*:\s*(\d+)")
+__all__ = ["HangDiagnosis", "HangSources", "diagnose", "diagnose_hang", "headline", "normalize_op"]
+
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
-
-
-@dataclass
-class HangSources:
-    """Everything read from a RUN folder (kept so the command can print what was used)."""
-
-    run_dir: Path
-    world_size: int | None = None
-    fr: dict[int, FRDump] = field(default_factory=dict)
-    stacks: dict[int, RankStack] = field(default_factory=dict)
-    nccl: dict[str, Any] | None = None
-    errors: dict[int, dict[str, Any]] = field(default_factory=dict)
-    hang_records: list[dict[str, Any]] = field(default_factory=list)
-    root_cause_rank: int | None = None
-    problems: list[str] = field(default_factory=list)
-
-    def any_evidence(self) -> bool:
-        return bool(self.fr or self.stacks or self.hang_records
-                    or (self.nccl and (self.nccl["timeouts"] or self.nccl["torch_messages"]))
-                    or any(_is_timeout(e) for e in self.errors.values()))
+#: Culprits spelled out in the evidence list; all are in ``culprits``.
+MAX_LISTED = 50
 
 
 @dataclass
@@ -84,275 +44,176 @@ class HangDiagnosis:
     entry: HangEntry
     headline: str
     sources: HangSources
+    attribution: Attribution | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        """One line per culprit (or the single answer when there is no Flight Recorder); ranks without a
+        dump that miss the same collective share one line."""
+        return culprit_lines(self.entry.get("culprits") or []) or [self.headline]
 
 
-def normalize_op(op: str | None) -> str:
-    """``ALLREDUCE``/``_REDUCE_SCATTER_BASE``/``all_reduce`` -> ``all_reduce``/``reduce_scatter``."""
-    if not op:
-        return "unknown"
-    return _OPTYPE.get(op.upper() if op.isupper() or op.startswith("_") else op, op.lower().lstrip("_"))
-
-
-def _host_dirs(run: Path) -> list[Path]:
-    dirs = [run]
-    try:
-        for d in sorted(run.iterdir()):
-            if d.is_dir() and any((d / x).exists() for x in ("fr", "stacks", "hang.json", "errors", "nccl")):
-                dirs.append(d)
-    except OSError:
-        pass
-    return dirs
-
-
-def _rank_of(path: Path) -> int | None:
-    m = re.search(r"(\d+)(?:\.\w+)*$", path.name)
-    return int(m.group(1)) if m else None
-
-
-def load_sources(run_dir: str | Path) -> HangSources:
-    """Read every hang source in a RUN folder; unreadable files become ``problems``, never errors."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise TraceReadError("not a folder (expected a RUN folder from `traceread collect`)", str(run))
-    src = HangSources(run_dir=run)
-    logs: list[Path] = []
-    for d in _host_dirs(run):
-        fr, problems = read_fr_dir(d / "fr")
-        src.problems += problems
-        for r, dump in fr.items():
-            src.fr.setdefault(r, dump)
-        stacks, problems = read_stacks_dir(d / "stacks")
-        src.problems += problems
-        for r, st in stacks.items():
-            src.stacks.setdefault(r, st)
-        if (d / "errors").is_dir():
-            for f in sorted((d / "errors").glob("*.json")):
-                doc = load_json_object(f, src.problems)
-                rank = _rank_of(f)
-                if doc is not None and rank is not None:
-                    src.errors[rank] = doc
-        if (d / "hang.json").is_file():
-            doc = load_json_object(d / "hang.json", src.problems)
-            if doc is not None:
-                src.hang_records.append(doc)
-        logs += [p for p in find_nccl_logs(d) if p not in logs]
-        if (d / "run.json").is_file() and src.world_size is None:
-            doc = load_json_object(d / "run.json", src.problems)
-            if doc is not None:
-                src.world_size = _world_from_run(doc)
-    if logs:
-        src.nccl = parse_nccl_logs(logs)
-        src.root_cause_rank = _torchrun_root_cause(logs)
-    return src
-
-
-def _world_from_run(doc: dict[str, Any]) -> int | None:
-    world = doc.get("world")
-    for value in (doc.get("world_size"), world.get("world_size") if isinstance(world, dict) else None):
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def _torchrun_root_cause(logs: list[Path]) -> int | None:
-    """Global rank named under torchrun's ``Root Cause (first observed failure):``."""
-    for p in logs:
-        try:
-            lines = p.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for i, line in enumerate(lines):
-            if _ROOT_CAUSE.search(line):
-                for nxt in lines[i + 1:i + 8]:
-                    m = _RC_RANK.search(nxt)
-                    if m:
-                        return int(m.group(1))
-    return None
-
-
-def _is_timeout(err: dict[str, Any]) -> bool:
-    return bool(_TIMEOUT_TEXT.search(_error_message(err)))
-
-
-def _error_message(err: dict[str, Any]) -> str:
-    msg = err.get("message")
-    if isinstance(msg, dict):
-        msg = msg.get("message")
-    return str(msg or "")
+def culprit_lines(culprits: list[HangCulprit]) -> list[str]:
+    """Each culprit's summary, ranks with no dump and no stack that miss one collective folded into one line."""
+    out: list[str] = []
+    folded: dict[tuple[str, int], list[HangCulprit]] = {}
+    for c in culprits:
+        if c["why"] == "no_dump" and not c.get("stack"):
+            key = (c["pg"], c["seq"])
+            if key in folded:
+                folded[key].append(c)
+                continue
+            folded[key] = [c]
+        out.append(c["summary"])
+    for i, line in enumerate(out):
+        for cs in folded.values():
+            if len(cs) > 1 and line == cs[0]["summary"]:
+                ranks = [c["rank"] for c in cs]
+                out[i] = f"Ranks {_ranks(ranks)}" + line[len(f"Rank {cs[0]['rank']}"):].replace(
+                    " and left no Flight Recorder dump", " and left no Flight Recorder dumps")
+    return out
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+    return ", ".join(rank_runs(sorted(ranks)))
 
 
 def _plural(ranks: list[int], one: str, many: str) -> str:
     return f"{one} {_ranks(ranks)}" if len(ranks) == 1 else f"{many} {_ranks(ranks)}"
 
 
+def _world(src: HangSources) -> int | None:
+    if src.world_size:
+        return src.world_size
+    seen: set[int] = set(src.fr) | set(src.stacks) | set(src.errors)
+    for rec in src.hang_records:
+        steps = rec.get("last_step_per_rank")
+        if isinstance(steps, dict):
+            seen |= {int(r) for r in list(steps)[:1 << 16] if str(r).isdigit() and len(str(r)) < 8}
+    return max(seen) + 1 if seen else None
+
+
 # ----------------------------------------------------------------------------- Flight Recorder
 
 
-@dataclass
-class _PGState:
-    pg: str
-    members: list[int]
-    enqueued: dict[int, int]
-    completed: dict[int, int]
-    entries: dict[int, dict[int, FREntry]]  # rank -> seq -> entry
+def _group_json(s: Stuck) -> HangGroup:
+    g = s.group
+    note = None
+    if not s.behind and s.waiting and not s.mismatch:
+        note = "every member is in it and none completes"
+        if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
+            note += ("; Flight Recorder recorded no start events, so it cannot tell which GPU never started it "
+                     "(set TORCH_NCCL_ENABLE_TIMING=1)")
+    behind: list[HangBehind] = []
+    for r, why in sorted(s.behind.items()):
+        v = g.views.get(r)
+        behind.append(HangBehind(rank=r, why=why, enqueued=v.enqueued if v else None,
+                                 completed=v.completed if v else None))
+    return HangGroup(
+        pg=g.pg, desc=g.desc, role=g.role, role_from=g.role_why, op=s.ref.op if s.ref else "unknown", seq=s.seq,
+        sizes=s.ref.sizes if s.ref else "", dtype=s.ref.dtypes if s.ref else "", members=len(g.members),
+        waiting=list(s.waiting), behind=behind, culprits=list(s.causes), enqueued_at=s.ref.where if s.ref else None,
+        first=s.first, mismatch=list(s.mismatch), note=note)
 
 
-def _pg_states(dumps: dict[int, FRDump], world: int | None) -> list[_PGState]:
-    members = pg_members(dumps, world)
-    out = []
-    for pg, ranks in members.items():
-        enq: dict[int, int] = {}
-        comp: dict[int, int] = {}
-        ents: dict[int, dict[int, FREntry]] = {}
-        for r in ranks:
-            dump = dumps.get(r)
-            if dump is None:
-                continue
-            mine = {e.seq: e for e in dump.entries if e.pg_name == pg and not e.is_p2p and e.seq >= 0}
-            ents[r] = mine
-            st = dump.pg_status.get(pg)
-            # gloo never marks entries completed and its pg_status completion can lag one op behind,
-            # but a retired gloo entry has finished; NCCL entries say "completed" themselves
-            done = [s for s, e in mine.items() if e.state == "completed" or (e.backend == "gloo" and e.retired)]
-            enq[r] = max(st.last_enqueued if st else -1, max(mine, default=-1))
-            comp[r] = max(st.last_completed if st else -1, max(done, default=-1))
-        if enq:
-            out.append(_PGState(pg, ranks, enq, comp, ents))
-    return out
+def _culprit_line(c: Culprit) -> str:
+    """The one line the text and HTML print for a culprit."""
+    s = c.stuck
+    what = s.what() if s else "a collective"
+    waiting = [w for w in (s.waiting if s else []) if w != c.rank]
+    others = len(set(c.victims) - set(waiting))
+    tail = ""
+    if waiting:
+        tail = f"; {_plural(waiting, 'rank', 'ranks')} {'waits' if len(waiting) == 1 else 'wait'} in it"
+    if others:
+        tail += f" ({others} more rank{'s wait' if others > 1 else ' waits'} on it{' too' if waiting else ''})"
+    if c.why == "host_elsewhere":
+        return f"Rank {c.rank} never joined {what}{tail}."
+    if c.why == "no_dump":
+        return f"Rank {c.rank} never joined {what} and left no Flight Recorder dump (stopped or dead){tail}."
+    if c.why == "gpu_stopped":
+        first = c.detail.split(";")[0].removeprefix("GPU stopped: ")
+        return f"Rank {c.rank}'s GPU stopped: {first}{tail}."
+    if c.why == "out_of_order":
+        return f"Rank {c.rank} {c.detail}."
+    return f"Rank {c.rank}: collective mismatch: {c.detail}."
 
 
-# ops whose input shapes must be identical on every member; all_to_all (uneven splits), gather/scatter
-# (root differs) and p2p legitimately differ, so only their op and dtype are compared
-_SAME_SHAPE_OPS = ("all_reduce", "allreduce", "broadcast", "all_gather", "allgather", "_allgather",
-                   "reduce_scatter", "_reduce_scatter", "barrier")
+def _culprit_json(c: Culprit, src: HangSources) -> HangCulprit:
+    s = c.stuck
+    stack = None
+    st = src.stacks.get(c.rank)
+    if st is not None and st.main is not None:
+        f = stuck_frame(st.main) or (st.main.frames[0] if st.main.frames else None)
+        if f is not None:
+            text = _code(source_line(f))
+            coll = collective_call(st.main)
+            stack = f.short() + (f" ({text})" if text else "") + (f" in torch.distributed.{coll}" if coll else "")
+    summary = _culprit_line(c)
+    if stack and c.why in ("host_elsewhere", "no_dump", "out_of_order"):
+        summary = summary[:-1] + f"; it is at {stack}."
+    evidence = [c.detail] + list(c.evidence)
+    if c.why == "no_dump":
+        evidence.append("its stack: " + stack if stack else
+                        "no stack dump either: the process is stopped (SIGSTOP, uninterruptible I/O) or gone"
+                        if src.stacks else "no stack dumps in the folder")
+    if c.positions:
+        evidence.append("where it stopped: " + "; ".join(f"pg {pg}: enqueued #{e}, completed #{d}"
+                                                         for pg, (e, d) in list(c.positions.items())[:20]))
+    log = src.last_lines.get(c.rank)
+    return HangCulprit(
+        rank=c.rank, why=c.why, summary=summary, pg=s.group.pg if s else "?", role=s.group.role if s else "other",
+        op=s.ref.op if s and s.ref else "unknown", seq=s.seq if s else -1, sizes=s.ref.sizes if s and s.ref else "",
+        dtype=s.ref.dtypes if s and s.ref else "", waiting=[w for w in (s.waiting if s else []) if w != c.rank],
+        victims=len(c.victims), stack=stack, log=log,
+        positions={pg: [e, d] for pg, (e, d) in c.positions.items()}, evidence=evidence)
 
 
-def _signature(e: FREntry) -> tuple[str, str, str]:
-    sizes = json.dumps(e.input_sizes) if e.op.startswith(_SAME_SHAPE_OPS) else ""
-    return (e.op, sizes, ",".join(e.input_dtypes))
+def _code(text: str | None) -> str | None:
+    """A source line without its trailing comment (``time.sleep(5)  # wait`` -> ``time.sleep(5)``)."""
+    if not text:
+        return text
+    cut = text.find("  #")
+    return (text[:cut] if cut > 0 else text).strip() or None
 
 
-def _mismatch(state: _PGState, seq: int) -> tuple[list[str], list[int]]:
-    """Compare entry ``seq`` across the ranks that have it; minority ranks are the culprits."""
-    have = {r: ents[seq] for r, ents in state.entries.items() if seq in ents}
-    if len(have) < 2:
-        return [], []
-    sigs = Counter(_signature(e) for e in have.values())
-    if len(sigs) == 1:
-        return [], []
-    expected, _ = sigs.most_common(1)[0]
-    msgs: list[str] = []
-    culprits: list[int] = []
-    exp_ranks = sorted(r for r, e in have.items() if _signature(e) == expected)
-    for r, e in sorted(have.items()):
-        sig = _signature(e)
-        if sig == expected:
-            continue
-        culprits.append(r)
-        what = []
-        if sig[0] != expected[0]:
-            what.append(f"op {e.op} vs {expected[0]}")
-        if sig[1] != expected[1]:
-            what.append(f"input sizes {sig[1]} vs {expected[1]}")
-        if sig[2] != expected[2]:
-            what.append(f"dtypes {sig[2] or '-'} vs {expected[2] or '-'}")
-        msgs.append(f"collective #{seq} on pg {state.pg}: rank {r} has {'; '.join(what)} "
-                    f"(ranks {_ranks(exp_ranks)})")
-    return msgs, culprits
-
-
-def _from_fr(src: HangSources, world: int | None) -> HangEntry | None:
-    states = _pg_states(src.fr, world)
-    descs = pg_descriptions(src.fr)
-    candidates = []
-    for st in states:
-        n = max(st.enqueued.values())
-        if any(e < n for e in st.enqueued.values()):
-            # #n cannot have completed anywhere while a member never enqueued it
-            waiting = sorted(r for r, e in st.enqueued.items() if e == n)
-        else:
-            waiting = sorted(r for r, e in st.enqueued.items() if st.completed.get(r, -1) < n)
-        if n < 0 or not waiting:
-            continue
-        t0 = min((st.entries[r][n].time_created_ns or 0) for r in waiting if n in st.entries.get(r, {})) \
-            if any(n in st.entries.get(r, {}) for r in waiting) else 0
-        candidates.append((t0 or float("inf"), st.pg, st, n, waiting))
-    if not candidates:
+def _from_fr(src: HangSources, world: int | None) -> tuple[HangEntry, Attribution] | None:
+    a = attribute(src.fr, world)
+    if not a.stuck:
         return None
-    candidates.sort(key=lambda c: (c[0], c[1]))
-    _, _, st, n, waiting = candidates[0]
-    missing = sorted(r for r, e in st.enqueued.items() if e < n)
-    no_dump = sorted(set(st.members) - set(st.enqueued))
-    ref = next((st.entries[r][n] for r in waiting if n in st.entries.get(r, {})), None)
-    desc = descs.get(st.pg)
-    evidence = [
-        f"Flight Recorder, pg {st.pg}{f' ({desc})' if desc else ''}, members {_ranks(st.members)}: last enqueued "
-        + ", ".join(f"rank {r}: #{st.enqueued[r]}" for r in sorted(st.enqueued))
-        + "; last completed " + ", ".join(f"rank {r}: #{st.completed.get(r, -1)}" for r in sorted(st.enqueued))
-    ]
-    if ref is not None:
-        evidence.append(f"collective #{n} = {ref.profiling_name or ref.op} input sizes {ref.input_sizes} "
-                        f"dtypes {ref.input_dtypes}" + (f", timeout {ref.timeout_ms} ms" if ref.timeout_ms else ""))
-        user = _user_frame(ref)
-        if user:
-            evidence.append(f"{_plural(waiting, 'rank', 'ranks')} enqueued #{n} at {user}")
-    for r in missing:
-        last = st.entries.get(r, {}).get(st.enqueued[r])
-        where = _user_frame(last) if last else None
-        evidence.append(f"rank {r} stopped at #{st.enqueued[r]}" + (f" ({last.op}" + (f", enqueued at {where}" if where else "")
-                        + ")" if last else "") + f" and never enqueued #{n}")
-        evidence += _pending_elsewhere(r, st.pg, states)
-    if no_dump:
-        evidence.append(f"no Flight Recorder dump from {_plural(no_dump, 'rank', 'ranks')} (dead, or did not answer)")
-    mismatches: list[str] = []
-    for seq in sorted({s for ents in st.entries.values() for s in ents}):
-        msgs, _ = _mismatch(st, seq)
-        if msgs:
-            mismatches += msgs
-            break
-    state_of = {r: st.entries[r][n].state for r in waiting if n in st.entries.get(r, {})}
-    if state_of and any(e.backend != "gloo" for e in (st.entries[r][n] for r in state_of)) and len(set(state_of.values())) > 1:
-        evidence.append(f"state of #{n}: " + ", ".join(f"rank {r} {v}" for r, v in sorted(state_of.items()))
-                        + " (scheduled = the GPU never started the kernel: that rank's stream is stuck earlier)")
-    if not missing and not mismatches:
-        evidence.append(f"every member enqueued #{n} with the same op/sizes/dtypes but it never completed: a rank is "
-                        "stuck inside the kernel or the network failed (check NCCL WARN lines)")
-    if not missing and no_dump:
-        missing = no_dump
-    backend = next((d.backend for d in src.fr.values() if d.backend), None)
-    if backend == "gloo":
-        evidence.append("gloo Flight Recorder records no start/end times; completion comes from pg_status")
-    return HangEntry(pg=f"{st.pg} ({desc})" if desc else st.pg, seq=n, op=normalize_op(ref.op if ref else None),
-                     missing_ranks=missing, waiting_ranks=waiting, stacks={}, mismatches=mismatches,
-                     evidence=evidence)
-
-
-def _pending_elsewhere(rank: int, pg: str, states: list[_PGState]) -> list[str]:
-    out = []
-    for st in states:
-        if st.pg == pg or rank not in st.enqueued:
-            continue
-        if st.enqueued[rank] > st.completed.get(rank, -1):
-            e = st.entries.get(rank, {}).get(st.enqueued[rank])
-            out.append(f"rank {rank} is itself waiting in #{st.enqueued[rank]}"
-                       f"{f' ({e.op})' if e else ''} on pg {st.pg}: collectives of two groups issued in a different "
-                       "order on different ranks deadlock")
-    return out
-
-
-def _user_frame(e: FREntry | None) -> str | None:
-    """First FR frame outside library code: where the script enqueued the collective."""
-    if e is None:
-        return None
-    for f in e.frames:
-        fn = str(f.get("filename", ""))
-        if fn and not is_library(fn):
-            return Frame(fn, int(f["line"]) if str(f.get("line", "")).isdigit() else None, str(f.get("name", "?"))).short()
-    return None
+    culprits = [_culprit_json(c, src) for c in a.culprits]
+    groups = [_group_json(s) for s in a.stuck]
+    top: Stuck | None = a.culprits[0].stuck if a.culprits else (a.unexplained[0] if a.unexplained else a.stuck[0])
+    never = [c.rank for c in a.culprits if c.why != "mismatch"]
+    evidence = [src.dumps.summary(world)]
+    for c in culprits[:MAX_LISTED]:
+        evidence.append(f"rank {c['rank']} ({WHY_TEXT.get(c['why'], c['why'])}): {c['evidence'][0]}")
+        if c.get("log"):
+            evidence.append(f"rank {c['rank']} last log line: {c['log']}")
+    if len(culprits) > MAX_LISTED:
+        evidence.append(f"… and {len(culprits) - MAX_LISTED} more culprits (all in 'culprits')")
+    for s in a.unexplained:
+        hint = ("every member's kernel started" if s.group.views and any(v.timing for v in s.group.views.values())
+                else "Flight Recorder has no start events here (set TORCH_NCCL_ENABLE_TIMING=1 to see which GPU did "
+                "not start it)" if any(v.backend not in ("gloo", "mpi", "ucc") for v in s.group.views.values())
+                else "every member's thread is inside it")
+        evidence.append(f"{s.what()}: every member ({_ranks(s.waiting)}) is in it and none completes: a GPU stopped "
+                        f"inside it, or the network failed; {hint}")
+    evidence += [f"note: {n}" for n in a.notes]
+    for s in a.stuck[:MAX_LISTED]:
+        if s.group.rebuilt:
+            evidence.append(f"{s.group.label()}: members {_ranks(s.group.members)} rebuilt from {s.group.rebuilt} "
+                            "(its dumps carry no usable pg_config)")
+    if any(v.backend == "gloo" for d in src.fr.values() for v in d.groups.values()):
+        evidence.append("gloo Flight Recorder records no start/end times: a rank is taken to be in its oldest "
+                        "unfinished collective, completion comes from pg_status and retired entries")
+    mismatches = [m for s in a.stuck for m in s.mismatch]
+    entry = HangEntry(
+        pg=top.group.label().removeprefix("pg ") if top else "?", seq=top.seq if top else None,
+        op=normalize_op(top.ref.op if top and top.ref else None), missing_ranks=sorted(never),
+        waiting_ranks=a.waiting_ranks(), stacks={}, mismatches=mismatches, evidence=evidence,
+        culprits=culprits, groups=groups, dumps=src.dumps.summary(world))
+    return entry, a
 
 
 # ----------------------------------------------------------------------------- watchdog / stacks
@@ -371,7 +232,7 @@ def _from_watchdog(src: HangSources, world: int | None) -> HangEntry | None:
     evidence = [f"watchdog: {_plural(waiting, 'rank', 'ranks')} timed out in collective #{seq} ({op or '?'}) on pg "
                 f"{pg if pg is not None else '?'}"
                 + "".join(f"; rank {t['rank']} last enqueued #{t['last_enqueued']}, last completed #{t['last_completed']}"
-                          for t in recs if t.get("last_enqueued") is not None)]
+                          for t in recs[:20] if t.get("last_enqueued") is not None)]
     first = next((t for t in recs if t.get("numel_in") is not None), None)
     if first:
         evidence.append(f"#{seq}: NumelIn={first['numel_in']} NumelOut={first['numel_out']}, timeout "
@@ -446,22 +307,22 @@ def _from_stacks(src: HangSources, world: int | None) -> HangEntry | None:
 # ----------------------------------------------------------------------------- assembly
 
 
-def _world(src: HangSources) -> int | None:
-    if src.world_size:
-        return src.world_size
-    seen: set[int] = set(src.fr) | set(src.stacks) | set(src.errors)
-    for rec in src.hang_records:
-        seen |= {int(r) for r in (rec.get("last_step_per_rank") or {}) if str(r).isdigit()}
-    return max(seen) + 1 if seen else None
+def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis | None:
+    """Full diagnosis (entry + answer + the sources read), or None without hang evidence.
 
-
-def diagnose(run_dir: str | Path) -> HangDiagnosis | None:
-    """Full diagnosis (entry + one-sentence answer + the sources read), or None without hang evidence."""
-    src = load_sources(run_dir)
+    ``run_dir``: a run folder, any folder holding dumps (flat or nested), or one dump file.
+    """
+    src = load_sources(run_dir, workers)
     world = _world(src)
-    entry = _from_fr(src, world)
-    if entry is not None and src.nccl and src.nccl["timeouts"] and (watchdog := _from_watchdog(src, world)) is not None:
-        entry["evidence"] += watchdog["evidence"][:1]
+    attribution = None
+    fr = _from_fr(src, world) if src.fr else None
+    entry: HangEntry | None = None
+    if fr is not None:
+        entry, attribution = fr
+        if src.nccl and src.nccl["timeouts"]:
+            wd = _from_watchdog(src, world)
+            if wd is not None:
+                entry["evidence"] += wd["evidence"][:1]
     inferred = entry is None
     entry = entry or _from_watchdog(src, world) or _from_debug_messages(src) or _from_stacks(src, world)
     debug = _from_debug_messages(src)
@@ -471,13 +332,14 @@ def diagnose(run_dir: str | Path) -> HangDiagnosis | None:
         if not entry["missing_ranks"]:
             entry["missing_ranks"] = debug["missing_ranks"]
     if entry is None:
-        timed_out = any(_is_timeout(e) for e in src.errors.values())
+        timed_out = any(is_timeout(e) for e in src.errors.values())
         if not (src.hang_records or timed_out):
             if src.problems and not src.any_evidence():
                 raise TraceReadError("no readable hang evidence: " + "; ".join(src.problems[:3]), str(src.run_dir))
             return None  # e.g. a healthy run whose FR dumps show every collective completed
         evidence = ["no Flight Recorder entry, watchdog line or stack shows a rank inside a collective"]
         if src.fr:
+            evidence.insert(0, src.dumps.summary(world))
             evidence.append("Flight Recorder: every collective enqueued was completed on every rank that dumped; "
                             "the stall is outside collectives")
         entry = HangEntry(pg="?", seq=None, op="unknown", missing_ranks=[], waiting_ranks=[],
@@ -489,23 +351,28 @@ def diagnose(run_dir: str | Path) -> HangDiagnosis | None:
         for d in src.nccl["diagnoses"]:
             if d["severity"] == "error" and d["id"] != "collective_timeout":
                 entry["evidence"].append(f"NCCL log: {d['message']}")
-    entry["evidence"] += [f"unreadable: {p}" for p in src.problems]
-    return HangDiagnosis(entry=entry, headline=headline(entry, calls, inferred=inferred), sources=src)
+    entry["evidence"] += [f"note: {n}" for n in src.notes[:MAX_LISTED]]
+    entry["evidence"] += [f"unreadable: {p}" for p in src.problems[:MAX_LISTED]]
+    if len(src.problems) > MAX_LISTED:
+        entry["evidence"].append(f"… and {len(src.problems) - MAX_LISTED} more unreadable files")
+    return HangDiagnosis(entry=entry, headline=headline(entry, calls, inferred=inferred), sources=src,
+                         attribution=attribution)
 
 
-def diagnose_hang(run_dir: Path) -> HangEntry | None:
-    """``Report["hang"]`` for a RUN folder: culprits, waiting ranks, collective, stacks, evidence.
+def diagnose_hang(run_dir: Path, workers: int | None = None) -> HangEntry | None:
+    """``Report["hang"]`` for a RUN folder: culprits, stuck groups, waiting ranks, stacks, evidence.
 
-    Returns None when the folder holds no hang evidence (no FR dump, stack dump, hang.json,
-    watchdog timeout line or timeout error file).
+    Returns None when the folder holds no hang evidence (no FR dump with an unfinished collective, no
+    stack dump, hang.json, watchdog timeout line or timeout error file).
     """
-    d = diagnose(run_dir)
+    d = diagnose(run_dir, workers)
     return d.entry if d else None
 
 
 def _add_stacks(entry: HangEntry, src: HangSources) -> dict[int, str]:
     """Fill ``stacks`` (rank -> "file:line in function") and return rank -> the call on that line."""
     calls: dict[int, str] = {}
+    named = set(entry.get("missing_ranks", [])) | {c["rank"] for c in entry.get("culprits") or []}
     for r, st in sorted(src.stacks.items()):
         main = st.main
         if main is None:
@@ -517,14 +384,14 @@ def _add_stacks(entry: HangEntry, src: HangSources) -> dict[int, str]:
                 entry["stacks"][str(r)] = main.frames[0].short()
             continue
         entry["stacks"][str(r)] = frame.short()
-        text = source_line(frame)
-        called = _CALL.search(text) if text else None
-        call = called.group(1) if called else None
+        text = source_line(frame) if r in named else None
+        m = _CALL.search(text) if text else None
+        call = m.group(1) if m else None
         if coll:
             call = f"in torch.distributed.{coll}"
         if call:
             calls[r] = call
-        if r in entry.get("missing_ranks", []):
+        if r in named:
             entry["evidence"].append(f"rank {r} main thread: {frame.file}:{frame.line} in {frame.func}"
                                      + (f": {text}" if text else "") + f" ({st.fmt} dump)")
     return calls
@@ -532,15 +399,15 @@ def _add_stacks(entry: HangEntry, src: HangSources) -> dict[int, str]:
 
 def _add_errors(entry: HangEntry, src: HangSources) -> None:
     culprits = set(entry.get("missing_ranks", []))
-    victims = sorted(r for r, e in src.errors.items() if _is_timeout(e))
-    for r in victims:
-        entry["evidence"].append(f"rank {r} error file: {_error_message(src.errors[r])[:200]}")
-    for r, e in sorted(src.errors.items()):
+    victims = sorted(r for r, e in src.errors.items() if is_timeout(e))
+    for r in victims[:MAX_LISTED]:
+        entry["evidence"].append(f"rank {r} error file: {error_message(src.errors[r])[:200]}")
+    for r, e in sorted(src.errors.items())[:MAX_LISTED]:
         if r not in victims:
-            entry["evidence"].append(f"rank {r} raised: {_error_message(e)[:200]}")
+            entry["evidence"].append(f"rank {r} raised: {error_message(e)[:200]}")
     named, verb = src.root_cause_rank, "names"
     if named is None and victims:
-        stamps = {r: _error_time(src.errors[r]) for r in victims}
+        stamps = {r: error_time(src.errors[r]) for r in victims}
         named, verb = min(stamps, key=lambda r: (stamps[r] is None, stamps[r] or 0)), "will name"
     if named is not None and culprits and named not in culprits:
         entry["evidence"].append(
@@ -548,42 +415,50 @@ def _add_errors(entry: HangEntry, src: HangSources) -> None:
             f"timing out: a victim, not the culprit ({_plural(sorted(culprits), 'rank', 'ranks')})")
 
 
-def _error_time(err: dict[str, Any]) -> float | None:
-    msg = err.get("message")
-    if isinstance(msg, dict):
-        ts: Any = (msg.get("extraInfo") or {}).get("timestamp")
-        try:
-            return float(ts)
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
 def _add_hang_records(entry: HangEntry, src: HangSources) -> None:
     for rec in src.hang_records:
         t = rec.get("timeout_s")
+        t = t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
         entry["evidence"].append(
             f"collector watchdog: no progress for {t} s" if t is not None else "collector watchdog fired"
         )
-        steps = {int(k): v for k, v in (rec.get("last_step_per_rank") or {}).items()
-                 if str(k).isdigit() and isinstance(v, int)}
+        raw = rec.get("last_step_per_rank")
+        steps = {int(k): v for k, v in list(raw.items())[:1 << 16]
+                 if str(k).isdigit() and len(str(k)) < 8 and isinstance(v, int)} if isinstance(raw, dict) else {}
         if steps and len(set(steps.values())) > 1:
             low = min(steps.values())
             behind = sorted(r for r, s in steps.items() if s == low)
-            entry["evidence"].append(f"last optimizer step per rank {steps}: {_plural(behind, 'rank', 'ranks')} behind")
-        unanswered = rec.get("unanswered_ranks") or []
+            entry["evidence"].append(f"last optimizer step per rank: {_plural(behind, 'rank', 'ranks')} behind "
+                                     f"(step {low}; others up to {max(steps.values())})")
+        unanswered = rec.get("unanswered_ranks")
+        unanswered = [r for r in unanswered[:1 << 16] if isinstance(r, int)] if isinstance(unanswered, list) else []
         if unanswered:
             entry["evidence"].append(f"{_plural(sorted(unanswered), 'rank', 'ranks')} did not answer the dump request "
                                      "(process dead, or stuck in C code holding the GIL)")
 
 
 def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred: bool = False) -> str:
-    """The answer, one or two sentences: culprit, collective, where everyone is.
+    """The answer: one sentence per culprit (Flight Recorder), or culprit, collective and where everyone is.
 
     ``inferred``: the culprits were deduced without Flight Recorder (from who did *not* time out or
     whose stack is outside a collective), so the sentence says "most likely".
     """
     calls = calls or {}
+    culprits = entry.get("culprits") or []
+    stacks = entry.get("stacks") or {}
+    if culprits:
+        lines = culprit_lines(culprits)
+        return " ".join(lines[:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
+    groups = [g for g in entry.get("groups") or [] if g.get("note")] or entry.get("groups") or []
+    if groups:
+        g = groups[0]
+        what = f"{g['op']} #{g['seq']} on pg {g['pg']} ({g.get('role')}" + (
+            f", {g['desc']})" if g.get("desc") and g["desc"] != "undefined" else ")")
+        hint = "" if "start events" not in (g.get("note") or "") else (
+            " Flight Recorder recorded no start events, so it cannot tell which of their GPUs never started it "
+            "(set TORCH_NCCL_ENABLE_TIMING=1).")
+        return (f"Ranks {_ranks(g['waiting'])} are all in {what} and none completes, but no rank is missing from it: "
+                f"a GPU stopped inside or before it, or the network failed.{hint}")
     missing = entry.get("missing_ranks") or []
     waiting = entry.get("waiting_ranks") or []
     seq = entry.get("seq")
@@ -601,8 +476,7 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
     elif waiting and not entry.get("mismatches"):
         parts.append(f"{_plural(waiting, 'Rank', 'Ranks')} {'waits' if len(waiting) == 1 else 'wait'} in {coll}{where}; "
                      "no rank is missing from it.")
-    stacks = entry.get("stacks") or {}
-    for r in missing:
+    for r in missing[:8]:
         if str(r) in stacks:
             call = calls.get(r)
             parts.append(f"Rank {r} is at {stacks[str(r)]}" + (f" ({call})" if call else "") + ".")

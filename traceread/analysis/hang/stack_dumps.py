@@ -20,7 +20,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traceread.analysis.hang.files import read_head, read_tail, regular
+from traceread.analysis.hang.flight_recorder import is_library
 from traceread.errors import TraceFileError
+
+#: The end of a stack file that is parsed (one faulthandler dump of 100 threads is ~100 KB; py-spy with
+#: locals a few hundred KB).
+MAX_STACK_BYTES = 1 << 20
+#: A source file is read up to here to print one of its lines.
+MAX_SOURCE_BYTES = 8 << 20
 
 _FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+|\d+)(?: \[[^\]]*\])? \(most recent call first\):")
 _FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+|\?\?\?) in (?P<func>.+?)\s*$')
@@ -28,17 +36,6 @@ _PYSPY_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((?P<state>[^)]*)\)(?
 _PYSPY_FRAME = re.compile(r"^\s{4}(?P<func>\S.*?) \((?P<file>[^()]*?):(?P<line>\d+)\)\s*$")
 _PYSPY_NATIVE = re.compile(r"^\s{4}(?P<func>\S.*?) \((?P<file>[^():]+)\)\s*$")
 
-# Frames in these places are never "where the user's code is".
-_LIBRARY_MARKERS = (
-    "/site-packages/",
-    "/dist-packages/",
-    "/torch/",
-    "/lib/python3",
-    "/lib64/python3",
-    "<frozen ",
-    "<string>",
-    "threading.py",
-)
 _COLLECTIVE_FILES = ("distributed_c10d.py", "c10d_logger.py", "/torch/distributed/")
 
 
@@ -74,39 +71,29 @@ class RankStack:
         return main_thread(self.threads)
 
 
-def is_library(path: str) -> bool:
-    """True for torch, site-packages, the standard library and threading frames.
-
-    py-spy prints paths relative to ``sys.path`` (``torch/distributed/distributed_c10d.py``), so a
-    leading ``/`` is added before matching.
-    """
-    p = path.replace("\\", "/")
-    if not p.startswith("/"):
-        p = "/" + p
-    return any(m in p for m in _LIBRARY_MARKERS)
-
-
 def _parse_faulthandler(lines: list[str]) -> list[ThreadStack]:
-    dumps: list[list[ThreadStack]] = []
+    """The last dump of the file (only it and the one before it are held: a file of many dumps stays small)."""
+    last: list[ThreadStack] = []
+    dump: list[ThreadStack] = []
+    seen: set[str] = set()
     cur: ThreadStack | None = None
     for line in lines:
         if line.startswith(("Timeout (", "=== ")) or (line.startswith("Fatal Python error") and cur is not None):
-            dumps.append([])
-            cur = None
+            last, dump, seen, cur = (dump or last), [], set(), None
             continue
         m = _FH_THREAD.match(line)
         if m:
             cur = ThreadStack(ident=m.group(1), current=line.startswith("Current"))
-            if not dumps or any(t.ident == cur.ident for t in dumps[-1]):
-                dumps.append([])  # a thread seen again = a new dump appended to the file
-            dumps[-1].append(cur)
+            if cur.ident in seen:  # a thread seen again = a new dump appended to the file
+                last, dump, seen = (dump or last), [], set()
+            seen.add(cur.ident)
+            dump.append(cur)
             continue
         m = _FH_FRAME.match(line)
         if m and cur is not None:
             ln = m.group("line")
             cur.frames.append(Frame(m.group("file"), int(ln) if ln.isdigit() else None, m.group("func")))
-    non_empty = [d for d in dumps if d]
-    return non_empty[-1] if non_empty else []
+    return dump or last
 
 
 def _parse_pyspy(lines: list[str]) -> list[ThreadStack]:
@@ -141,11 +128,11 @@ def parse_stack_text(text: str, rank: int | None = None, path: Path | None = Non
 
 
 def read_stack_file(path: str | Path, rank: int | None = None) -> RankStack:
+    """Parse the end of a stack file (:data:`MAX_STACK_BYTES`): dumps are appended, the last one wins,
+    and a file grown by a runaway ``dump_traceback_later`` is not read whole."""
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as exc:
-        raise TraceFileError(f"cannot read stack dump: {exc.strerror or exc}", str(p)) from None
+    data, _cut = read_tail(p, MAX_STACK_BYTES)
+    text = data.decode("utf-8", "replace")
     if rank is None:
         m = re.search(r"(\d+)(?:\.\w+)?$", p.name)
         rank = int(m.group(1)) if m else None
@@ -160,8 +147,8 @@ def read_stacks_dir(folder: str | Path) -> tuple[dict[int, RankStack], list[str]
     if not d.is_dir():
         return out, problems
     for f in sorted(d.iterdir()):
-        if not f.is_file() or f.stat().st_size == 0:
-            continue  # an empty file = the rank was never asked to dump
+        if not regular(f) or f.stat().st_size == 0:
+            continue  # an empty file = the rank was never asked to dump; a FIFO is never opened
         try:
             rs = read_stack_file(f)
         except TraceFileError as exc:
@@ -210,14 +197,18 @@ def collective_call(thread: ThreadStack) -> str | None:
 
 
 def source_line(frame: Frame) -> str | None:
-    """The text of the frame's line when the file is readable here (e.g. ``time.sleep(4)``)."""
-    if frame.line is None:
+    """The text of the frame's line when the file is readable here (e.g. ``time.sleep(4)``).
+
+    The path comes from a dump, so it may name anything: only a regular file is opened, and only its
+    first :data:`MAX_SOURCE_BYTES` are read (``/dev/zero`` or a FIFO cannot stall or fill memory)."""
+    if frame.line is None or frame.line < 1 or not regular(frame.file):
         return None
     try:
-        with open(frame.file, errors="replace") as fh:
-            for i, text in enumerate(fh, start=1):
-                if i == frame.line:
-                    return text.strip() or None
-    except OSError:
+        head = read_head(frame.file, MAX_SOURCE_BYTES)
+    except TraceFileError:
         return None
-    return None
+    lines = head.split(b"\n", frame.line)
+    if len(lines) < frame.line or (len(lines) == frame.line and len(head) >= MAX_SOURCE_BYTES):
+        return None
+    text = lines[frame.line - 1].decode("utf-8", "replace").strip()
+    return text[:200] or None

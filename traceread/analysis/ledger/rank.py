@@ -32,6 +32,7 @@ the reduce side for thousands of ranks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -118,10 +119,14 @@ def _inside(points: np.ndarray, sets: iv.Intervals) -> np.ndarray:
     return (k >= 0) & (points < e[kc])
 
 
-def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.DataFrame:
+def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None = None,
+                  comm: pl.DataFrame | None = None) -> pl.DataFrame:
     """The ledger segments of every step window of ``rt`` (``windows``: step, start, end in µs).
 
-    Empty when the rank has no GPU events or no steps. Columns: :data:`SEGMENT_SCHEMA`.
+    ``comm``: the rank's communication extract (:func:`traceread.analysis.comm.collectives.comm_events`);
+    its host-side collectives (gloo) turn GPU idle the host spent in them into communication
+    (:func:`host_comm_overlay`). Empty when the rank has no GPU events or no steps. Columns:
+    :data:`SEGMENT_SCHEMA`.
     """
     gpu = device_gpu_rows(rt).sort("ts")
     if gpu.height == 0 or windows.height == 0:
@@ -200,7 +205,7 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
     kts = [int(ts[w]) if w >= 0 else None for w in who_all.tolist()]
     stream_col = gpu["stream"].to_list()
     streams = [stream_col[w] if w >= 0 else None for w in who_all.tolist()]
-    return pl.DataFrame({
+    frame = pl.DataFrame({
         "step": w_step[np.concatenate(ks)[o]],
         "start_ns": s_all[o].astype(np.int64),
         "end_ns": np.concatenate(ends)[o].astype(np.int64),
@@ -210,6 +215,157 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
         "stream": streams,
         "base_us": np.full(o.size, base),
     }, schema=SEGMENT_SCHEMA)
+    spans = host_spans(comm, base)
+    return host_comm_overlay(frame, spans) if spans is not None else frame
+
+
+@dataclass
+class HostSpans:
+    """Host-side collectives of one rank (gloo spans): ns after the rank's base, sorted by start."""
+
+    start: np.ndarray
+    end: np.ndarray
+    pg: list[str | None]
+    stream: list[int | None]
+
+    def who(self, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+        """Per piece ``[p0, p1)`` (inside no span boundary): the covering span that started first, else -1."""
+        out = np.full(p0.size, -1, dtype=np.int64)
+        for i in np.argsort(-self.start, kind="stable"):  # the first-started span is painted last and wins
+            lo, hi = np.searchsorted(p0, self.start[i], side="left"), np.searchsorted(p0, self.end[i], side="left")
+            out[lo:hi] = i
+        return out
+
+
+def host_spans(comm: pl.DataFrame | None, base: float) -> HostSpans | None:
+    """The host-side collectives of a communication extract (backend ``gloo``), or None."""
+    if comm is None or comm.height == 0 or "backend" not in comm.columns:
+        return None
+    rows = comm.filter((pl.col("backend") == "gloo") & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
+                       & (pl.col("end") > pl.col("ts"))).sort("ts")
+    if rows.height == 0:
+        return None
+    return HostSpans(snap_ns(rows["ts"].to_numpy(), base), snap_ns(rows["end"].to_numpy(), base),
+                     rows["pg"].to_list(), rows["stream"].to_list())
+
+
+def _pieces(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each interval ``[starts[i], ends[i])`` cut at the ``cuts`` inside it: (piece start, end, interval index)."""
+    cuts = np.unique(cuts)
+    p0: list[np.ndarray] = []
+    p1: list[np.ndarray] = []
+    idx: list[np.ndarray] = []
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        inner = cuts[np.searchsorted(cuts, a, side="right"):np.searchsorted(cuts, b, side="left")]
+        edges = np.concatenate([[a], inner, [b]])
+        p0.append(edges[:-1])
+        p1.append(edges[1:])
+        idx.append(np.full(edges.size - 1, i, dtype=np.int64))
+    return np.concatenate(p0), np.concatenate(p1), np.concatenate(idx)
+
+
+def host_comm_overlay(segs: pl.DataFrame, spans: HostSpans) -> pl.DataFrame:
+    """GPU idle before the next launch (``host_bound``) or at the step's tail (``idle_other``) while
+    the host was inside a host-side collective is communication (``comm_transfer`` of that
+    collective's group; the reduce side splits off the wait): the host was not slow, it was
+    all-reducing."""
+    if segs.height == 0:
+        return segs
+    cand = segs["category"].cast(pl.Utf8).is_in(["host_bound", "idle_other"]).to_numpy()
+    a, b = segs["start_ns"].to_numpy(), segs["end_ns"].to_numpy()
+    merged_s, merged_e = iv.merge(spans.start, spans.end)
+    k = np.searchsorted(merged_e, a, side="right")
+    hit = cand & (k < merged_s.size) & (merged_s[np.clip(k, 0, max(merged_s.size - 1, 0))] < b)
+    if not hit.any():
+        return segs
+    rows = np.flatnonzero(hit)
+    p0, p1, idx = _pieces(a[rows].astype(np.float64), b[rows].astype(np.float64),
+                          np.concatenate([spans.start, spans.end]).astype(np.float64))
+    keep = p1 > p0
+    p0, p1, idx = p0[keep], p1[keep], idx[keep]
+    order = np.argsort(p0, kind="stable")
+    who = np.empty(p0.size, dtype=np.int64)
+    who[order] = spans.who(p0[order], p1[order])
+    src = segs[rows.tolist()]
+    cats = np.array(src["category"].cast(pl.Utf8).to_list(), dtype=object)[idx]
+    inside = who >= 0
+    new = pl.DataFrame({
+        "step": src["step"].to_numpy()[idx],
+        "start_ns": p0.astype(np.int64),
+        "end_ns": p1.astype(np.int64),
+        "category": np.where(inside, "comm_transfer", cats).tolist(),
+        "pg": [spans.pg[w] if w >= 0 else None for w in who.tolist()],
+        "kts_ns": [int(spans.start[w]) if w >= 0 else None for w in who.tolist()],
+        "stream": [spans.stream[w] if w >= 0 else None for w in who.tolist()],
+        "base_us": src["base_us"].to_numpy()[idx],
+    }, schema=SEGMENT_SCHEMA)
+    out = pl.concat([segs.filter(pl.Series(~hit)), new]).sort("start_ns", maintain_order=True)
+    return _merge_runs(out)
+
+
+def _merge_runs(segs: pl.DataFrame) -> pl.DataFrame:
+    """Adjacent segments with the same (step, category, pg, kts_ns, stream) become one."""
+    same = ((pl.col("step") == pl.col("step").shift(1)) & (pl.col("category") == pl.col("category").shift(1))
+            & (pl.col("start_ns") == pl.col("end_ns").shift(1))
+            & pl.col("pg").eq_missing(pl.col("pg").shift(1)) & pl.col("kts_ns").eq_missing(pl.col("kts_ns").shift(1))
+            & pl.col("stream").eq_missing(pl.col("stream").shift(1)))
+    run = (~same.fill_null(False)).cum_sum().alias("_run")
+    return (segs.with_columns(run).group_by("_run", maintain_order=True)
+            .agg(pl.col("step").first(), pl.col("start_ns").first(), pl.col("end_ns").last(),
+                 pl.col("category").first(), pl.col("pg").first(), pl.col("kts_ns").first(),
+                 pl.col("stream").first(), pl.col("base_us").first())
+            .drop("_run").select(list(SEGMENT_SCHEMA)))
+
+
+def host_segments(rt: RankTrace, windows: pl.DataFrame, comm: pl.DataFrame | None) -> pl.DataFrame:
+    """The ledger of a rank without GPU work (CPU training, gloo): every instant of each host step
+    window is ``compute_other`` when some thread runs an operator outside its own collectives,
+    else ``comm_transfer`` while a host-side collective is in flight (the one that started first;
+    the reduce side splits off the wait), else ``host_bound`` (no recorded operator: Python between
+    operators, data loading, sleeping). Columns: :data:`SEGMENT_SCHEMA`."""
+    from traceread.analysis.kinds import comm_op_expr
+
+    host = rt.host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("ts").is_not_null()
+                          & pl.col("end").is_not_null())
+    if windows.height == 0 or host.height == 0:
+        return empty_segments()
+    base = float(min(float(windows["start"].min()), float(host["ts"].min())))  # type: ignore[arg-type]
+    host = host.with_columns(comm_op_expr().alias("_comm"))
+    work: list[iv.Intervals] = []
+    for (_tid,), t in host.group_by(["tid"]):
+        ops = t.filter((pl.col("cat") == "cpu_op") & ~pl.col("_comm"))
+        own = t.filter(pl.col("_comm"))
+        w = iv.merge(snap_ns(ops["ts"].to_numpy(), base), snap_ns(ops["end"].to_numpy(), base))
+        if own.height:
+            w = iv.subtract(w, iv.merge(snap_ns(own["ts"].to_numpy(), base), snap_ns(own["end"].to_numpy(), base)))
+        work.append(w)
+    busy = iv.union(*work) if work else (np.empty(0), np.empty(0))
+    spans = host_spans(comm, base)
+    cset = iv.merge(spans.start, spans.end) if spans is not None else (np.empty(0), np.empty(0))
+    win = windows.sort("start")
+    w_s, w_e = snap_ns(win["start"].to_numpy(), base), snap_ns(win["end"].to_numpy(), base)
+    w_step = win["step"].to_numpy().astype(np.int64)
+    points = np.unique(np.concatenate([w_s, w_e, *busy, *cset]))
+    p0, p1 = points[:-1], points[1:]
+    k = np.searchsorted(w_s, p0, side="right") - 1
+    kc = np.clip(k, 0, max(w_s.size - 1, 0))
+    ok = (k >= 0) & (p0 < w_e[kc])
+    p0, p1, kc = p0[ok], p1[ok], kc[ok]
+    comp = _inside(p0, busy)
+    who = spans.who(p0, p1) if spans is not None else np.full(p0.size, -1, dtype=np.int64)
+    who[comp] = -1
+    cat = np.where(comp, "compute_other", np.where(who >= 0, "comm_transfer", "host_bound"))
+    frame = pl.DataFrame({
+        "step": w_step[kc],
+        "start_ns": p0.astype(np.int64),
+        "end_ns": p1.astype(np.int64),
+        "category": cat.tolist(),
+        "pg": [spans.pg[w] if w >= 0 else None for w in who.tolist()] if spans is not None else [None] * p0.size,
+        "kts_ns": [int(spans.start[w]) if w >= 0 else None for w in who.tolist()] if spans is not None else [None] * p0.size,
+        "stream": [spans.stream[w] if w >= 0 else None for w in who.tolist()] if spans is not None else [None] * p0.size,
+        "base_us": np.full(p0.size, base),
+    }, schema=SEGMENT_SCHEMA)
+    return _merge_runs(frame)
 
 
 def step_totals(segments: pl.DataFrame) -> pl.DataFrame:

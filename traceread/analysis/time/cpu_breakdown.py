@@ -16,6 +16,9 @@ collectives. This is the same split on host events (µs), for traces with no GPU
   that thread's own collective spans: collective time no other thread spent computing. With
   ``comm_overlap_pct`` = |∪comm ∩ ∪work| / |∪comm| × 100 it tells overlapped (DDP's async
   all-reduce during backward) from blocking communication. comm = exposed + overlapped.
+* **per step** (:func:`cpu_step_split`) — the same compute / comm / exposed comm / idle inside each
+  host ``ProfilerStep`` window [start, start + duration): compute + comm + idle = the step's duration,
+  so a per-rank table shows per-step numbers beside the step time, never whole-trace totals.
 * **threads** — per thread id: ``busy_us`` = |∪ (cpu_ops ∪ comm)| on that thread, ``comm_us`` =
   |∪ comm| on that thread; sorted by busy time.
 """
@@ -41,6 +44,33 @@ def comm_span_expr() -> pl.Expr:
 
 def _merge(df: pl.DataFrame) -> iv.Intervals:
     return iv.merge(df["ts"].to_numpy(), df["end"].to_numpy())
+
+
+def cpu_step_split(rt: RankTrace, windows: list[tuple[float, float]]) -> list[dict[str, float]] | None:
+    """compute / comm / exposed comm / idle µs of each host step window ``(start, duration)``, on
+    the definitions above (the union intervals are built once, then clipped to each window)."""
+    if rt.gpu.height > 0 or not windows:
+        return None
+    host = rt.host.filter(
+        pl.col("cat").is_in(SPAN_CATS) & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
+    ).with_columns(comm_span_expr().alias("_comm"))
+    comm_rows = host.filter(pl.col("_comm"))
+    ops = host.filter(pl.col("cat") == "cpu_op")
+    comm = _merge(comm_rows)
+    cpu = _merge(ops)
+    compute = iv.subtract(cpu, comm)
+    busy = iv.union(cpu, comm)
+    work = [iv.subtract(_merge(ops.filter(pl.col("tid") == t)), _merge(comm_rows.filter(pl.col("tid") == t)))
+            for t in host["tid"].unique().drop_nulls().to_list()]
+    exposed = iv.subtract(comm, iv.union(*work)) if work else comm
+    out = []
+    for start, dur in windows:
+        lo, hi = float(start), float(start) + float(dur)
+        out.append({"cpu_compute_us": iv.length(iv.clip_sorted(compute, lo, hi)),
+                    "cpu_comm_us": iv.length(iv.clip_sorted(comm, lo, hi)),
+                    "cpu_exposed_comm_us": iv.length(iv.clip_sorted(exposed, lo, hi)),
+                    "cpu_idle_us": (hi - lo) - iv.length(iv.clip_sorted(busy, lo, hi))})
+    return out
 
 
 def cpu_breakdown(rt: RankTrace) -> dict[str, Any] | None:

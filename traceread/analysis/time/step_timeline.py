@@ -88,14 +88,14 @@ def _merge_runs(rows: pl.DataFrame, gap: float) -> pl.DataFrame:
 def rank_intervals(rt: RankTrace, windows: pl.DataFrame) -> pl.DataFrame:
     """The rank's extract (module docstring): at most ``(MIDDLE_STEPS + 1) × MAX_ROWS_PER_STEP`` rows
     plus the idle gaps."""
-    from traceread.analysis.kinds import gpu_class_expr
+    from traceread.analysis.kinds import gpu_classes
     from traceread.analysis.time.breakdown import device_gpu_rows
 
     steps = _kept_steps(windows)
     gpu = device_gpu_rows(rt)
     if not steps or gpu.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    gpu = gpu.with_columns(gpu_class_expr()).select(
+    gpu = gpu.with_columns(gpu_classes(gpu, rt.host)).select(
         pl.col("stream").fill_null(0), "ts", "end",
         pl.col("gpu_class").replace({"comp": "compute"}).alias("kind"), pl.col("pg_name").alias("pg"))
     hb = host_bound_gaps(rt)
@@ -149,7 +149,8 @@ def category(kind: str, pg: str | None, roles: dict[str, str], pipeline: bool) -
     """What a row is coloured as: compute, comm by role (else by process group), memcpy, idle (a
     bubble in a pipeline job) or host-bound idle."""
     if kind == "comm":
-        return f"comm {roles[pg]}" if pg is not None and pg in roles else f"comm pg {pg if pg is not None else '?'}"
+        key = pg if pg is not None else "(unnamed)"  # analysis.comm.layout.UNNAMED_PG: traffic naming no group
+        return f"comm {roles[key]}" if key in roles else f"comm pg {pg if pg is not None else '?'}"
     if kind == "idle":
         return "idle / bubble" if pipeline else "idle"
     if kind == "host_bound":

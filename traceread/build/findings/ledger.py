@@ -1,44 +1,49 @@
-"""Findings as shares of the job's step ledger: each µs of the step is in at most one finding.
+"""The findings engine: every finding is a share of the window ledger, each µs in at most one.
 
-The job ledger (``report["ledger"]``, :mod:`traceread.analysis.ledger.job`) partitions the
-critical rank's median step into parts ``{category, role, rank, us}``. Findings are built from it:
+The window (:mod:`traceread.build.findings.window`) is the sum of every recorded step's critical-path
+ledger. Findings claim from it (:class:`~traceread.build.findings.base.Budget`) in this order, the
+more specific cause first:
 
-* **straggler** — the parts attributed to a rank other than the critical one, except its
-  communication: the critical path ran through that rank's own work (compute, host, idle) while the
-  others waited for it in a collective (category ``comm_wait``, the role of the collective waited
-  in, rank = the late rank). A late rank's communication (e.g. its slow cross-node TP transfer)
-  belongs to the finding of that communication's role. Its what-if
-  (``predicted_saving_us``, the straggler analysis' step time saved) is shown beside it, capped by
-  the share.
-* **straggler** when the late rank is the critical rank itself (its own slow work sets the step, the
-  others wait for it): the straggler analysis' step time saved, claimed out of its compute (category
-  of the compute it claims first, the role the others wait in).
-* one finding per recoverable (category, role), over the critical rank and (communication only)
-  the late ranks the critical path followed, rank = the rank holding most of it: ``bubble`` (pp),
-  ``comm_transfer`` and ``comm_wait`` per role, ``host_bound``, ``memory_bound``,
-  ``exposed_memcpy``, ``dependency``. Useful compute (``compute_bound``, ``compute_other``) and the
-  step's tail (``idle_other``) are not findings, except that kernels too small for the GPU claim
-  their SM time lost out of ``compute_other``.
-* layout causes (a tensor-parallel group spanning nodes, :mod:`traceread.build.findings.layout`)
-  claim the share they explain (tp ``comm_transfer``) before the generic finding sees it.
-* NCCL transport problems claim their estimated loss out of the ``comm_transfer`` shares (so the
-  exposed-communication finding keeps only the rest).
-* slow steps are not part of the median step: they are reported with impact 0 (their cost averaged
-  over all steps is in the title).
+1. **slow steps** — a step clearly slower than the others (the slow-step rule of
+   :mod:`traceread.analysis.time.slow_steps` on the steps' critical durations) claims its excess over
+   the median step, out of the (category, role) parts that grew in it, largest growth first: a host
+   stall (with the operator or annotation the host was in: data loading, ``checkpoint.save``, Python
+   with no operator for garbage collection), copies, a late rank, communication. Steps of the same
+   cause make one finding.
+2. **straggler** — a late rank whose delay per step (median over the steps) is above the run's own
+   step-to-step spread (``ledger.window.late[].straggler``, docs/ledger.md): its own work on the
+   critical path, or, when it is the critical rank itself and the others waited on it, its work in
+   excess of theirs. Charged once per step however many collectives waited on it; the predicted
+   saving is capped by what the other ranks' own work allows (``saving_us``).
+3. **missing rank** — communication of collectives whose member's trace is missing, after every
+   present member had arrived: waiting for that rank or transfer, the traces cannot tell; the
+   missing rank is the likely straggler.
+4. layout causes (a TP group spanning nodes: its TP transfer), NCCL transport diagnoses (their
+   estimated loss out of the transfer), kernels too small for the GPU (SM time lost out of
+   ``compute_other``);
+5. one finding per recoverable (category, role) for the rest: ``bubble`` (pp), ``comm_transfer`` and
+   ``comm_wait`` per role, ``host_bound``, ``memory_bound``, ``exposed_memcpy``, ``dependency``. Useful
+   compute and the step's tail (``idle_other``) are not findings.
 
-``impact_us_per_step`` is the share; the findings therefore never add up to more than the step, and
-``coverage = {explained_us, step_us}`` says how much of it they explain.
+``impact_us_per_step`` is the share per step on average over the window, ``impact_us_total`` the
+share of the whole window and ``impact_pct`` its percentage: findings never add up to more than the
+window. A hang is not a share (the job stopped): it comes first, outside the coverage.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
 
 from traceread.build import explain
-from traceread.build.queries import med, total_steps
-from traceread.fmt import ms
-from traceread.report_schema import Coverage, Finding, Ledger, Report, StragglerEntry
+from traceread.build.findings.base import Budget, make_finding
+from traceread.build.findings.window import Key, Window, parts_by_key
+from traceread.build.queries import med, network_loss_us
+from traceread.fmt import ms, rank_list
+from traceread.report_schema import Finding, Report
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
 RECOVERABLE: dict[str, str] = {
@@ -46,201 +51,341 @@ RECOVERABLE: dict[str, str] = {
     "host_bound": "host_bound", "memory_bound": "memory_bound", "exposed_memcpy": "exposed_memcpy",
     "dependency": "dependency_wait",
 }
-
 #: Communication categories: on a late peer they are communication (the role's finding), not the
 #: peer's own slowness (the straggler finding).
 COMM_CATEGORIES = frozenset({"comm_transfer", "comm_wait", "bubble"})
+COMPUTE_CATEGORIES = frozenset({"compute_bound", "memory_bound", "compute_other"})
+HOST_CATEGORIES = frozenset({"host_bound", "idle_other", "exposed_memcpy", "dependency"})
+#: Slow steps need this many steps to tell slow from typical.
+MIN_SLOW_STEPS = 3
 
 
-class _Budget:
-    """Remaining µs of each ledger share; claims never exceed them."""
-
-    def __init__(self, shares: dict[tuple[str, str | None, int], float]) -> None:
-        self.left = dict(shares)
-
-    def claim(self, keys: list[tuple[str, str | None, int]], want: float | None = None) -> float:
-        got = 0.0
-        for k in keys:
-            take = self.left.get(k, 0.0) if want is None else min(self.left.get(k, 0.0), max(want - got, 0.0))
-            self.left[k] = self.left.get(k, 0.0) - take
-            got += take
-        return got
+def _per(win: Window, us: float) -> str:
+    return ms(us / win.n if win.n else us)
 
 
-def _finding(id_: str, title: str, impact: float, step: float, category: str, role: str | None,
-             rank: int | None, explanation: str, evidence: list[str], suggestions: list[str],
-             predicted: float | None = None, **extra: Any) -> Finding:
-    f: dict[str, Any] = {
-        "id": id_, "title": title, "impact_us_per_step": float(max(impact, 0.0)), "explanation": explanation,
-        "impact_pct": (100.0 * impact / step if step else None), "evidence": evidence, "suggestions": suggestions,
-        "category": category, "role": role, "rank": rank,
-    }
-    if predicted is not None:
-        f["predicted_saving_us"] = float(min(max(predicted, 0.0), f["impact_us_per_step"]))
-    f.update(extra)
-    return cast(Finding, f)  # the keys above plus a kind's extras (blame_us_per_step, key, ...)
+def _cpu_ranks(report: Report) -> set[int]:
+    """Ranks without GPU work (their ledger is the host's: no "gpu" cause there)."""
+    return {int(r["rank"]) for r in report.get("ranks") or [] if r.get("cpu") is not None or r.get("compute_us") is None}
 
 
-def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4) -> list[str]:
-    """The ranks with the most of (category, role) in their own ledger of the same step."""
-    vals = []
-    for r in report.get("ranks") or []:
-        led = r.get("ledger") or {}
-        us = sum(float(p["us"]) for p in led.get("parts") or []
-                 if p["category"] == category and p.get("role") == role)
-        if us > 0:
-            vals.append((us, int(r["rank"])))
-    vals.sort(reverse=True)
-    return [f"rank {rk}: {ms(us)} of its own step {(report.get('ledger') or {}).get('step')}" for us, rk in vals[:top]]
+# ---- 1. slow steps --------------------------------------------------------------------------------
 
 
-def _straggler_findings(report: Report, led: Ledger, budget: _Budget, step: float) -> list[Finding]:
-    crit = int(led["critical_rank"])
-    by_peer: dict[int, list[tuple[str, str | None, int]]] = defaultdict(list)
-    for p in led.get("parts") or []:
-        if int(p["rank"]) != crit and p["category"] not in COMM_CATEGORIES:
-            by_peer[int(p["rank"])].append((p["category"], p.get("role"), int(p["rank"])))
-    roles: dict[int, str | None] = {}
-    for w in led.get("waited_on") or []:
-        roles.setdefault(int(w["rank"]), w.get("role"))
-    entries = {int(s["rank"]): s for s in report.get("stragglers") or [] if isinstance(s.get("rank"), int)}
-    out = []
-    for peer, keys in by_peer.items():
-        share = budget.claim(keys)
-        e = entries.get(peer, {})
-        cause = str(e.get("cause") or "unknown")
-        role = roles.get(peer)
-        what = ", ".join(f"{ms(budget_us)} {cat}" for cat, budget_us in _peer_mix(led, peer)[:3])
-        title = (f"Rank {peer} is a straggler: the critical rank {crit} waited {ms(share)} per step for it in "
-                 f"{role or 'a'} communication ({cause})")
-        ev = [f"on the critical path rank {peer} spent that time in: {what}"]
-        if e.get("evidence"):
-            ev.append(str(e["evidence"]))
-        predicted = e.get("impact_us_per_step")
-        if predicted is not None:
-            title += f"; steps would be about {ms(min(float(predicted), share))} shorter if it were on time"
-        advice, _upper = explain.advice(role, "comm_wait", {"share_us": share, "rank": peer, "cause": cause})
-        sugg = [advice]
-        what_if = min(float(predicted), share) if predicted is not None else share
-        out.append(_finding("straggler", title, share, step, "comm_wait", role, peer,
-                            explain.straggler(peer, what_if, cause, step, e.get("blame_us_per_step")), ev, sugg,
-                            predicted=predicted, blame_us_per_step=e.get("blame_us_per_step")))
-    return out + _critical_straggler(report, led, budget, step, crit, entries)
-
-
-def _wait_role(report: Report, crit: int) -> str | None:
-    """The role in which the other ranks wait most (their own ledgers' comm_wait)."""
-    acc: dict[str | None, float] = defaultdict(float)
-    for r in report.get("ranks") or []:
-        if r.get("rank") != crit:
-            for p in (r.get("ledger") or {}).get("parts") or []:
-                if p["category"] == "comm_wait":
-                    acc[p.get("role")] += float(p["us"])
-    return max(acc, key=lambda k: acc[k]) if acc else None
-
-
-def _critical_straggler(report: Report, led: Ledger, budget: _Budget, step: float, crit: int,
-                        entries: dict[int, StragglerEntry]) -> list[Finding]:
-    """The straggler *is* the critical rank (its own slow work sets the step; the others wait for it):
-    the part of its compute that makes it late — the straggler analysis' step time saved if it were
-    on time — is its share, claimed from its compute (compute-bound first)."""
-    e = entries.get(crit)
-    if not e or not e.get("root", True) or not e.get("impact_us_per_step"):
-        return []
-    keys: list[tuple[str, str | None, int]] = [(c, None, crit) for c in ("compute_bound", "compute_other", "memory_bound")]
-    first = max(keys, key=lambda k: budget.left.get(k, 0.0))[0]
-    share = budget.claim(keys, float(e["impact_us_per_step"]))
-    if share <= 0:
-        return []
-    cause, role = str(e.get("cause") or "unknown"), _wait_role(report, crit)
-    title = (f"Rank {crit} is a straggler: the other ranks wait for it in {role or 'a'} communication; steps "
-             f"would be {ms(share)} shorter if it were on time ({cause})")
-    ev = [f"rank {crit} has the longest step ({ms(step)}): the critical path runs through its own work"]
-    if e.get("evidence"):
-        ev.append(str(e["evidence"]))
-    advice, _upper = explain.advice(role, "comm_wait", {"share_us": share, "rank": crit, "cause": cause})
-    return [_finding("straggler", title, share, step, first, role, crit,
-                     explain.straggler(crit, share, cause, step, e.get("blame_us_per_step")), ev, [advice],
-                     predicted=float(e["impact_us_per_step"]), blame_us_per_step=e.get("blame_us_per_step"))]
-
-
-def _peer_mix(led: Ledger, peer: int) -> list[tuple[str, float]]:
-    mix: dict[str, float] = defaultdict(float)
-    for p in led.get("parts") or []:
-        if int(p["rank"]) == peer and p["category"] not in COMM_CATEGORIES:  # its comm is its role's finding
-            mix[p["category"]] += float(p["us"])
-    return sorted(mix.items(), key=lambda kv: -kv[1])
-
-
-def _layout_findings(report: Report, budget: _Budget, step: float, crit: int) -> list[Finding]:
-    """Layout causes (reports.layout_findings: a TP group across nodes) claim the share they explain
-    (tensor-parallel comm transfer) before the generic exposed-communication finding sees it."""
-    from traceread.build.findings.layout import tp_across_nodes
-
-    out = []
-    for f in tp_across_nodes(report):
-        keys = [k for k in list(budget.left) if k[0] == f["category"] and k[1] == f["role"]]
-        if f.get("rank") is None:  # the rank holding most of the share
-            f["rank"] = max(keys, key=lambda k: budget.left[k])[2] if keys else crit
-        got = budget.claim(keys)
-        if f.get("predicted_saving_us") is not None and f["impact_us_per_step"] > 0:
-            # the cost model's saving is proportional to the share it was computed for
-            scaled = float(f["predicted_saving_us"]) * got / float(f["impact_us_per_step"])
-            f["predicted_saving_us"] = min(scaled, got)
-        f["impact_us_per_step"] = got
-        f["impact_pct"] = 100.0 * got / step if step else None
-        out.append(f)
+def _grouped(parts: list[dict[str, Any]]) -> dict[tuple[str, str | None], list[tuple[Key, float]]]:
+    out: dict[tuple[str, str | None], list[tuple[Key, float]]] = defaultdict(list)
+    for key, us in parts_by_key(parts).items():
+        out[(key[0], key[1])].append((key, us))
     return out
 
 
-def _nccl_findings(report: Report, led: Ledger, budget: _Budget, step: float) -> list[Finding]:
+def _host_names(entry: Mapping[str, Any] | None) -> list[str]:
+    names = [str(a.get("name")) for a in (entry or {}).get("host_activity") or [] if a.get("name")]
+    return sorted(names, key=lambda n: n.lower().startswith(("cuda", "cudnn")))  # the runtime's own waits last
+
+
+def _slow_cause(step: Mapping[str, Any], top: tuple[str, str | None], top_rank: int,
+                entry: Mapping[str, Any] | None, cpu: set[int]) -> tuple[tuple[str, str], str]:
+    """(group label, what happened) for a slow step whose largest growth is in ``top``."""
+    cat, role = top
+    crit_v = step.get("critical_rank")
+    crit = int(crit_v) if crit_v is not None else -1
+    if top_rank != crit and cat not in COMM_CATEGORIES:
+        return ("rank", str(top_rank)), f"rank {top_rank} was late and the others waited for it"
+    if cat in COMM_CATEGORIES:
+        return ("comm", str(role)), f"{role or 'unclassified'} communication took longer"
+    if cat in COMPUTE_CATEGORIES:
+        if top_rank in cpu:
+            return ("compute", ""), f"rank {top_rank}'s operators on the CPU took longer"
+        return ("compute", ""), "compute took longer"
+    names = _host_names(entry)
+    gpu = top_rank not in cpu
+    if names:
+        where = ", ".join(names[:2])
+        return ("host", names[0]), (f"the host was in {where} while the GPU waited" if gpu else f"the host was in {where}")
+    if cat == "exposed_memcpy":
+        return ("host", "copies"), "memory copies ran with nothing to hide them"
+    return ("host", ""), ("the GPU waited for the host (no operator recorded: Python, garbage collection, "
+                          "data loading)" if gpu else "the host ran no recorded operator (Python, garbage collection, "
+                          "data loading, sleeping)")
+
+
+def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    from traceread.analysis.time.slow_steps import slow_step_threshold
+
+    if win.n < MIN_SLOW_STEPS or not win.by_step:
+        return []
+    _med, thr = slow_step_threshold(np.array([float(b["step_us"]) for b in win.by_step]))
+    ref = next((b for b in win.by_step if b["step"] == win.median_step), None)
+    if ref is None:
+        return []
+    ref_parts = {cr: sum(us for _, us in v) for cr, v in _grouped(ref["parts"]).items()}
+    entries = {int(s["step"]): s for s in report.get("slow_steps") or [] if isinstance(s.get("step"), int)}
+    cpu = _cpu_ranks(report)
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for b in win.by_step:
+        if float(b["step_us"]) <= thr:
+            continue
+        excess = float(b["step_us"]) - float(ref["step_us"])
+        mine = _grouped(b["parts"])
+        growth = sorted(((sum(us for _, us in v) - ref_parts.get(cr, 0.0), cr) for cr, v in mine.items()),
+                        key=lambda x: -x[0])
+        growth = [(d, cr) for d, cr in growth if d > 0]
+        if not growth or excess <= 0:
+            continue
+        got, left, claimed = 0.0, excess, []
+        for d, cr in growth:
+            keys = [k for k, _ in sorted(mine[cr], key=lambda kv: -kv[1])]
+            take = budget.claim(keys, min(d, left))
+            got += take
+            left -= take
+            if take > 0:
+                claimed.append((take, cr, max(mine[cr], key=lambda kv: kv[1])[0][2]))
+            if left <= 0:
+                break
+        if got <= 0:
+            continue
+        _take, top, top_rank = claimed[0]
+        label, what = _slow_cause(b, top, top_rank, entries.get(int(b["step"])), cpu)
+        g = groups.setdefault(label, {"steps": [], "share": 0.0, "what": what, "top": top, "rank": top_rank})
+        g["steps"].append((int(b["step"]), excess, float(b["step_us"])))
+        g["share"] += got
+    out = []
+    for label, g in groups.items():
+        steps = g["steps"]
+        where = (f"Step {steps[0][0]} took {ms(steps[0][1])} longer than the median step" if len(steps) == 1 else
+                 f"{len(steps)} slow steps ({', '.join(str(s) for s, _, _ in steps[:6])}) took "
+                 f"{ms(sum(e for _, e, _ in steps))} longer than the median step in all")
+        title = f"{where}: {g['what']} ({_per(win, g['share'])} per step over the {win.n} recorded steps)"
+        ev = [f"step {s}: {ms(d)} vs median step {ms(win.median_step_us)} (+{ms(e)})"
+              + (f" — {entries[s]['detail']}" if entries.get(s, {}).get("detail") else "") for s, e, d in steps[:6]]
+        expl = (f"Most steps take about {ms(win.median_step_us)}, but these took much longer. Over the "
+                f"{win.n} recorded steps that excess is {ms(g['share'])} in all, {_per(win, g['share'])} per step "
+                "on average: the share of the window shown. Periodic slow steps usually come from checkpointing, "
+                "evaluation, garbage collection or data-loader stalls.")
+        kind = label[0]
+        sugg = {
+            "host": [f"Take what the host does in {label[1] or 'that step'} off the step: asynchronous checkpointing "
+                     "(torch.distributed.checkpoint.async_save), more data-loader workers with prefetch, gc.freeze() "
+                     "after start-up and gc.collect() on a schedule."],
+            "rank": [f"See what rank {label[1]} did in that step (traceread export, its timeline): a one-off stall on "
+                     "one rank stops every rank at the next collective."],
+            "comm": ["Communication was slower in that step only: look for network congestion or another job on the "
+                     "same links at that time."],
+        }.get(kind, ["Compare the slow step with a typical one in the timeline (traceread export)."])
+        cat, role = g["top"]
+        out.append(make_finding("slow_steps", title, g["share"], win, cat, role, g["rank"], expl, ev, sugg,
+                                predicted_us=g["share"], steps=[s for s, _, _ in steps]))
+    return out
+
+
+# ---- 2. stragglers ----------------------------------------------------------------------------------
+
+
+def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]], ledger_cause: str | None) -> str:
+    """gpu / host / unknown: what the late rank's own steps show beyond the other ranks' (window
+    ledger), else the straggler analysis' cause, else what its critical-path time was; "gpu" only
+    where GPU work is measured."""
+    cpu = rank in _cpu_ranks(report)
+    entry = next((s for s in report.get("stragglers") or [] if s.get("rank") == rank), None)
+    cause = ledger_cause if ledger_cause in ("gpu", "host") else str((entry or {}).get("cause") or "")
+    if cause not in ("gpu", "host"):
+        mix: dict[str, float] = defaultdict(float)
+        for c in claims:
+            mix["gpu" if c["category"] in COMPUTE_CATEGORIES else "host"] += float(c["us"])
+        cause = max(mix, key=lambda k: mix[k]) if mix else "unknown"
+    if cause == "gpu" and cpu:
+        cause = "host"
+    return cause
+
+
+def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    out = []
+    entries = {s.get("rank"): s for s in report.get("stragglers") or [] if isinstance(s, dict)}
+    for e in win.late:
+        if not e.get("straggler"):
+            continue
+        rank = int(e["rank"])
+        got = sum(budget.claim([(str(c["category"]), c.get("role"), int(c["rank"]))], float(c["us"]))
+                  for c in e.get("claims") or [])
+        if got <= 0:
+            continue
+        share_all = float(e.get("share_us") or got)
+        saving = e.get("saving_us")
+        if saving is None:  # a document without a window: the straggler analysis' what-if
+            imp = (entries.get(rank) or {}).get("impact_us_per_step")
+            saving = float(imp) * win.n if imp is not None else got
+        saving = min(float(saving) * got / share_all if share_all else 0.0, got)
+        cause = _straggler_cause(report, rank, e.get("claims") or [], e.get("cause"))
+        role = e.get("role")
+        st = entries.get(rank) or {}
+        where = f"{role} communication" if role and role != "other" else "collectives"
+        title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
+                 f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
+                 f"{_per(win, saving)} shorter if it were on time")
+        ev = []
+        if e.get("steps_late") is not None:
+            ev.append(f"late in {e['steps_late']} of {win.n} steps, {ms(e.get('delay_us'))} per step typically "
+                      f"(above the run's own step-to-step spread, {ms(win.noise_us)})")
+        if e.get("critical_steps"):
+            ev.append(f"in {e['critical_steps']} step(s) rank {rank} had the longest step itself: its work in excess "
+                      "of the other ranks' is counted, not all of it")
+        ev.append(f"the step cannot shrink below the other ranks' own work: at most {_per(win, saving)} per step")
+        if st.get("blame_us_per_step") is not None:
+            ev.append(f"the others waited {ms(st['blame_us_per_step'])} per step in all collectives it was last to join "
+                      "(blame: the same delay counted at every collective)")
+        if st.get("evidence"):
+            ev.append(str(st["evidence"]))
+        mix = ", ".join(f"{ms(float(c['us']) / win.n)} {c['category']}" for c in (e.get("claims") or [])[:3])
+        if mix:
+            ev.append(f"its share per step: {mix}")
+        extra = ", ".join(f"{c['category']} +{ms(float(c['us']) / max(int(e.get('steps_late') or 1), 1))}"
+                          for c in (e.get("excess") or [])[:3])
+        if extra:
+            ev.append(f"its own work per late step beyond the other ranks': {extra} (cause: {cause})")
+        advice, _p = explain.advice(role, "comm_wait", {"share_us": saving / win.n, "rank": rank, "cause": cause})
+        expl = explain.straggler(rank, saving / win.n, cause, win.mean_step_us, st.get("blame_us_per_step"))
+        out.append(make_finding("straggler", title, got, win, "comm_wait", role, rank, expl, ev, [advice],
+                                predicted_us=saving, blame_us_per_step=st.get("blame_us_per_step")))
+    return out
+
+
+# ---- 3. missing ranks --------------------------------------------------------------------------------
+
+
+def missing_ranks(report: Report) -> list[int]:
+    """Ranks of the job with no readable trace (``source.missing_ranks``)."""
+    return [int(r) for r in (report.get("source") or {}).get("missing_ranks") or []]
+
+
+def _missing(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    gone = set(missing_ranks(report))
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for b in win.blind:
+        if int(b.get("present") or 0) >= 2:  # one present member alone cannot tell waiting from moving data
+            by_rank[int(b["rank"])].append(b)
+    out = []
+    for m, entries in sorted(by_rank.items()):
+        if gone and m not in gone:
+            continue
+        got, roles = 0.0, []
+        for b in entries:
+            take = budget.claim(budget.keys("comm_transfer", b.get("role")), float(b["us"]))
+            got += take
+            if take > 0:
+                roles.append(b.get("role") or "unclassified")
+        if got <= 0:
+            continue
+        role = entries[0].get("role")
+        title = (f"Rank {m}'s trace is missing and the others spent {_per(win, got)} per step in "
+                 f"{'/'.join(dict.fromkeys(roles))} collectives with it after all of them had arrived: rank {m} "
+                 "is the likely straggler")
+        ev = [f"the present members of the collectives with rank {m} had all arrived, yet the collectives went on: "
+              f"waiting for rank {m}, or moving data"]
+        for b in entries[:2]:
+            if b.get("instances"):
+                ev.append(f"{b['instances']} {b.get('role') or ''} collective(s) with rank {m}: the present members "
+                          f"arrived within {ms(b.get('present_spread_us'))} of each other, then stayed "
+                          f"{ms(b.get('after_us'))} (median) until it ended")
+        ev.append(f"ranks read: {len(report.get('ranks') or [])}; missing: {rank_list(sorted(gone or {m}))}")
+        expl = (f"Rank {m}'s trace could not be read, so its own time is not in the ledger. A collective ends only "
+                f"when its last member arrives: the other ranks arrived, then waited, either for rank {m} or for the "
+                "data to move — without its trace the two cannot be told apart. That time is shown here, not as "
+                "transfer.")
+        sugg = [f"Recover rank {m}'s trace (see the warning that names its file) and re-run the report; or profile "
+                f"rank {m} against a healthy rank (traceread diff)."]
+        out.append(make_finding("missing_rank", title, got, win, "comm_transfer", role, m, expl, ev, sugg))
+    return out
+
+
+# ---- 4. layout, NCCL, SM efficiency --------------------------------------------------------------------
+
+
+def _layout(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    from traceread.build.findings.layout import tp_across_nodes
+
+    return tp_across_nodes(report, budget, win)
+
+
+def _nccl(report: Report, win: Window, budget: Budget) -> list[Finding]:
     n = report.get("nccl") or {}
-    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict)]
+    diags = [d for d in n.get("diagnoses") or [] if isinstance(d, dict) and d.get("severity") != "info"]
     if not diags:
         return []
-    from traceread.build.queries import network_loss_us
-
     _net, lost = network_loss_us(report)
-    keys = sorted((k for k in budget.left if k[0] == "comm_transfer"), key=lambda k: -budget.left[k])
     out = []
     for d in diags[:3]:
-        got = budget.claim(keys, lost)
+        keys = budget.keys("comm_transfer")
+        got = budget.claim(keys, lost * win.n)
         msg = str(d.get("message") or d.get("id") or "NCCL problem")
         ev = [str(e) for e in (d.get("evidence") or [])][:5]
         sugg = [str(d["suggestion"])] if d.get("suggestion") else []
-        out.append(_finding("nccl_" + str(d.get("id") or "diagnosis"), f"NCCL: {msg}", got, step, "comm_transfer",
-                            keys[0][1] if keys else None, keys[0][2] if keys else None,
-                            "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg))
+        out.append(make_finding("nccl_" + str(d.get("id") or "diagnosis"), f"NCCL: {msg}", got, win, "comm_transfer",
+                                keys[0][1] if keys else None, keys[0][2] if keys else None,
+                                "The NCCL log shows how each pair of ranks is connected. " + msg, ev, sugg,
+                                severity=str(d.get("severity") or "warning")))
     return out
 
 
-def _sm_efficiency(report: Report, budget: _Budget, step: float, crit: int) -> list[Finding]:
-    from traceread.analysis.kinds import is_comm_kernel_name
+def _sm_efficiency(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    from traceread.analysis.kinds import is_comm_kernel_row
+    from traceread.build.queries import total_steps
 
     kernels = [k for k in report.get("kernels") or []
-               if k.get("sm_time_lost_us") and not is_comm_kernel_name(str(k.get("name")))]
+               if k.get("sm_time_lost_us") and not is_comm_kernel_row(k)]
     if not kernels:
         return []
     steps, nr = total_steps(report), max(1, len(report.get("ranks") or []))
     lost = sum(float(k["sm_time_lost_us"]) / max(int(k.get("ranks") or nr), 1) / steps for k in kernels)
-    got = budget.claim([("compute_other", None, crit)], lost)
+    keys = budget.keys("compute_other")
+    got = budget.claim(keys, lost * win.n)
+    if got <= 0:
+        return []
     worst = max(kernels, key=lambda k: float(k["sm_time_lost_us"]))
     ranks = report.get("ranks") or []
     expl = explain.sm_efficiency(med(r.get("sm_efficiency_pct") for r in ranks),
                                  med(r.get("achieved_occupancy_pct") for r in ranks), (ranks or [{}])[0].get("num_sms"))
-    return [_finding("low_sm_efficiency", f"Kernels too small for the GPU waste {ms(got)} per step (worst: {worst['name']})",
-                     got, step, "compute_other", None, crit, expl,
-                     [f"SM time lost per step and rank, all small kernels: {ms(lost)} (the share is capped by the "
-                      "compute time no roofline class covers)"],
-                     ["Batch small launches together: larger micro-batch, fused kernels (torch.compile), "
-                      "foreach/fused optimizers."], kernel=worst["name"])]
+    return [make_finding("low_sm_efficiency", f"Kernels too small for the GPU waste {_per(win, got)} per step "
+                         f"(worst: {worst['name']})", got, win, "compute_other", None, keys[0][2], expl,
+                         [f"SM time lost per step and rank, all small kernels: {ms(lost)} (the share is capped by the "
+                          "compute time no roofline class covers)"],
+                         ["Batch small launches together: larger micro-batch, fused kernels (torch.compile), "
+                          "foreach/fused optimizers."], kernel=worst["name"])]
+
+
+def _roofline_memory(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    """Windows without roofline classes (from per-rank breakdowns): the roofline's memory-bound
+    operators claim their time out of the compute."""
+    if win.source != "per-rank steps" or any(k[0] == "memory_bound" for k in win.parts):
+        return []
+    r = report.get("roofline") or {}
+    ops = sorted((o for o in r.get("ops") or [] if o.get("bound") == "memory" and o.get("time_us")),
+                 key=lambda o: -float(o["time_us"]))[:5]
+    if not ops:
+        return []
+    from traceread.build.queries import total_steps
+
+    scale = float(r.get("time_scale") or 1.0 / total_steps(report))
+    want = sum(float(o["time_us"]) for o in ops) * scale * win.n
+    keys = budget.keys("compute_other")
+    got = budget.claim(keys, want)
+    if got <= 0:
+        return []
+    ev = [f"{o['name']}: {o.get('intensity', 0):.2g} FLOP/byte, {ms(float(o['time_us']) * scale)} per step" for o in ops]
+    return [make_finding("memory_bound", f"Memory-bound operators take {_per(win, got)} per step (top: {ops[0]['name']})",
+                         got, win, "memory_bound", None, keys[0][2] if keys else None, explain.roofline(r), ev,
+                         ["Fuse chains of element-wise ops (torch.compile) so intermediate tensors never go to memory."],
+                         op=ops[0]["name"])]
+
+
+# ---- 5. the rest, per (category, role) -------------------------------------------------------------------
 
 
 def _numbers(report: Report, role: str | None, share: float, step: float) -> dict[str, Any]:
-    """The job's numbers the guide's cost models need (explain.advice), for a share of ``role``."""
+    """The job's numbers the guide's cost models need (explain.advice), for a per-step share of ``role``."""
     p = report.get("pipeline") or {}
-    layout = report.get("layout")
-    groups = [g for g in (layout.get("groups") if layout else None) or [] if g.get("role") == role]
+    lay: Mapping[str, Any] = report.get("layout") or {}
+    groups = [g for g in lay.get("groups") or [] if g.get("role") == role]
     n: dict[str, Any] = {"share_us": share, "step_us": step, "stages": p.get("stages"),
                          "microbatches": p.get("microbatches"),
                          "virtual": 2 if p.get("schedule") == "interleaved" else 1}
@@ -251,17 +396,31 @@ def _numbers(report: Report, role: str | None, share: float, step: float) -> dic
     return n
 
 
-def _category_finding(report: Report, category: str, role: str | None, rank: int, share: float,
-                      step: float) -> Finding:
-    """The finding for one recoverable (category, role) share of the critical rank."""
+def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4) -> list[str]:
+    """The ranks with the most of (category, role) in their own ledger of the median step."""
+    vals = []
+    for r in report.get("ranks") or []:
+        led = r.get("ledger") or {}
+        us = sum(float(p["us"]) for p in led.get("parts") or [] if p["category"] == category and p.get("role") == role)
+        if us > 0:
+            vals.append((us, int(r["rank"])))
+    vals.sort(reverse=True)
+    return [f"rank {rk}: {ms(us)} of its own step {(report.get('ledger') or {}).get('step')}" for us, rk in vals[:top]]
+
+
+def _category_finding(report: Report, win: Window, category: str, role: str | None, rank: int, share: float,
+                      cpu: bool) -> Finding:
+    """The finding for one recoverable (category, role) share of the window (µs over the window)."""
     fid = RECOVERABLE[category]
+    per = share / win.n
+    step = win.mean_step_us
     ev = _rank_evidence(report, category, role)
-    advice, predicted = explain.advice(role, category, _numbers(report, role, share, step))
+    advice, predicted = explain.advice(role, category, _numbers(report, role, per, step))
     sugg = [advice]
     if category == "bubble":
         p = report.get("pipeline") or {}
         stages, mb = int(p.get("stages") or 0), int(p.get("microbatches") or 0)
-        title = f"Pipeline bubble: {ms(share)} per step of stages waiting for their neighbours"
+        title = f"Pipeline bubble: {ms(per)} per step of stages waiting for their neighbours"
         if stages >= 2 and mb >= 1:
             title += f" (P={stages} stages, M={mb} micro-batches, {p.get('schedule')})"
         expl = explain.pipeline(p, step) if p else (
@@ -269,79 +428,73 @@ def _category_finding(report: Report, category: str, role: str | None, rank: int
     elif category in ("comm_transfer", "comm_wait"):
         what = "moving data" if category == "comm_transfer" else "waiting inside the collective for a peer"
         groups = f"{role.upper()} groups" if role and role != "other" else "unclassified process groups"
-        title = f"Exposed communication on {groups}: {ms(share)} per step {what} with no compute to hide it (rank {rank})"
-        expl = explain.exposed_comm(share, step, None)
+        gloo = str((report.get("source") or {}).get("backend") or "").lower() == "gloo"
+        where = ("on the host (CPU collectives)" if cpu else
+                 "in host-side (gloo) collectives while the GPU idled" if gloo else "with no compute to hide it")
+        title = f"Exposed communication on {groups}: {ms(per)} per step {what} {where} (rank {rank})"
+        expl = explain.exposed_comm(per, step, None)
+        if gloo and not cpu:
+            sugg.insert(0, "These collectives run on the host over gloo: every gradient bucket is copied off the GPU, "
+                           "all-reduced by the CPU and copied back while the GPU waits. Use the NCCL backend (one GPU "
+                           "per rank) so they run on the GPU and overlap backward.")
     elif category == "host_bound":
-        title = f"GPU idle waiting for the CPU to launch work: {ms(share)} per step (rank {rank})"
-        expl = explain.host_bound(share, step)
+        if cpu:
+            title = f"Host time outside any operator: {ms(per)} per step (rank {rank})"
+            expl = ("The host ran no recorded operator and no collective: Python between operators, data loading "
+                    "without operators, sleeping or waiting. Profile with with_stack=True to see where.")
+            sugg = ["Look at the Python around the training step (data loading, logging, .item()/.cpu() syncs); "
+                    "record stacks (with_stack=True) to name it."]
+            predicted = None
+        else:
+            title = f"GPU idle waiting for the CPU to launch work: {ms(per)} per step (rank {rank})"
+            expl = explain.host_bound(per, step)
     elif category == "memory_bound":
-        title = f"Memory-bound operators take {ms(share)} per step (rank {rank})"
+        title = f"Memory-bound operators take {ms(per)} per step (rank {rank})"
         expl = explain.roofline(report.get("roofline") or {})
         sugg = ["Fuse chains of element-wise ops (torch.compile) so intermediate tensors never go to memory.",
                 "Use bf16 activations where fp32 is not needed: half the bytes, half the time for these ops."]
     elif category == "exposed_memcpy":
-        title = f"Exposed memory copies: {ms(share)} per step with nothing else running (rank {rank})"
-        expl = ("Host↔device copies ran while no kernel did: the GPU waited for data to arrive.")
+        title = f"Exposed memory copies: {ms(per)} per step with nothing else running (rank {rank})"
+        expl = "Host↔device copies ran while no kernel did: the GPU waited for data to arrive."
         sugg = ["Use pin_memory=True and non_blocking=True copies on a side stream, prefetching the next batch."]
     else:  # dependency
-        title = f"GPU idle with work already launched, waiting on a dependency: {ms(share)} per step (rank {rank})"
+        title = f"GPU idle with work already launched, waiting on a dependency: {ms(per)} per step (rank {rank})"
         expl = ("The next kernel had been launched but could not start: it waited for an event, another stream or "
                 "a synchronisation. This is not the CPU being slow.")
         sugg = ["Look for cross-stream waits and synchronisations (cudaStreamWaitEvent, torch.cuda.synchronize) "
                 "inside the step; overlap the work they wait for."]
-    return _finding(fid, title, share, step, category, role, rank, expl, ev, sugg, predicted=predicted)
+    return make_finding(fid, title, share, win, category, role, rank, expl, ev, sugg,
+                        predicted_us=(predicted * win.n if predicted is not None else None))
 
 
-def _slow_steps(report: Report, step: float) -> list[Finding]:
-    slow = [s for s in report.get("slow_steps") or [] if (s.get("excess_us") or 0) > 0]
-    if not slow:
-        return []
-    steps = total_steps(report)
-    avg = sum(float(s["excess_us"]) for s in slow) / steps
-    cause = str(slow[0].get("cause") or "unknown")
-    category = {"host": "host_bound", "exposed_comm": "comm_transfer", "compute": "compute_other"}.get(cause, "idle_other")
-    title = (f"{len(slow)} slow step(s) outside the median step: +{ms(slow[0]['excess_us'])} at step {slow[0]['step']} "
-             f"({ms(avg)} per step averaged over {steps}; cause {cause})")
-    ev = [f"step {s['step']}: {ms(s.get('duration_us'))} vs median {ms(s.get('median_us'))}, cause {s.get('cause')}"
-          + (f" — {s['detail']}" if s.get("detail") else "") for s in slow[:6]]
-    expl = ("These steps are not the median step the ledger splits, so their cost is not a share of it (impact 0 "
-            "here); periodic slow steps usually come from checkpointing, evaluation, garbage collection or "
-            "data-loader stalls.")
-    sugg = ["Check what runs on that step's schedule (checkpoint, eval, logging every N steps) and make it asynchronous."]
-    return [_finding("slow_steps", title, 0.0, step, category, None, slow[0].get("rank"), expl, ev, sugg,
-                     excess_us_per_step=avg)]
-
-
-def ledger_findings(report: Report) -> list[Finding]:
-    """Findings from the job ledger (module docstring); biggest share first, slow steps last."""
-    led = report.get("ledger") or {}
-    step = float(led["step_us"])
-    crit = int(led["critical_rank"])
-    shares: dict[tuple[str, str | None, int], float] = defaultdict(float)
-    for p in led.get("parts") or []:
-        shares[(p["category"], p.get("role"), int(p["rank"]))] += float(p["us"])
-    budget = _Budget(shares)
-    out = _straggler_findings(report, led, budget, step)
-    out += _layout_findings(report, budget, step, crit)
-    out += _nccl_findings(report, led, budget, step)
-    out += _sm_efficiency(report, budget, step, crit)
-    groups: dict[tuple[str, str | None], list[tuple[str, str | None, int]]] = defaultdict(list)
-    for key in shares:
-        category, role, rank = key
-        if category in RECOVERABLE and (rank == crit or category in COMM_CATEGORIES):
-            groups[(category, role)].append(key)
+def _categories(report: Report, win: Window, budget: Budget) -> list[Finding]:
+    groups: dict[tuple[str, str | None], list[Key]] = defaultdict(list)
+    for key, left in budget.left.items():
+        if key[0] in RECOVERABLE and left > 0:
+            groups[(key[0], key[1])].append(key)
+    cpu = _cpu_ranks(report)
+    out = []
     for (category, role), keys in groups.items():
         rank = max(keys, key=lambda k: budget.left.get(k, 0.0))[2]
-        left = budget.claim(keys)
-        if left > 0:
-            out.append(_category_finding(report, category, role, rank, left, step))
+        got = budget.claim(keys)
+        if got > 0:
+            out.append(_category_finding(report, win, category, role, rank, got, rank in cpu))
+    return out
+
+
+STAGES = (_slow_steps, _stragglers, _missing, _layout, _nccl, _sm_efficiency, _roofline_memory, _categories)
+
+
+def ledger_findings(report: Report, win: Window, warn: Callable[[str], None] | None = None) -> list[Finding]:
+    """Every finding of the window (module docstring), biggest share first. A stage that fails is
+    skipped with a warning; the later stages still claim what it left."""
+    budget = Budget(win.parts)
+    out: list[Finding] = []
+    for stage in STAGES:
+        try:
+            out += stage(report, win, budget)
+        except Exception as exc:
+            if warn:
+                warn(f"finding '{stage.__name__.strip('_')}' skipped: {type(exc).__name__}: {exc}")
     out.sort(key=lambda f: -f["impact_us_per_step"])
-    return out + _slow_steps(report, step)
-
-
-def coverage(findings: list[Finding], step_us: float | None) -> Coverage | None:
-    """How much of the step the findings explain (the hang finding is not a share and is left out)."""
-    if not step_us:
-        return None
-    explained = sum(float(f["impact_us_per_step"]) for f in findings if f["id"] != "hang")
-    return {"explained_us": min(explained, float(step_us)), "step_us": float(step_us)}
+    return out

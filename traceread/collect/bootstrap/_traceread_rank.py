@@ -15,12 +15,24 @@ What it installs, in a selected rank:
   finished cycle is written atomically to ``RUN/traces/rank{R}.pt.trace.json.gz`` (one cycle) or
   ``RUN/traces/cycle{C}/rank{R}.pt.trace.json.gz`` (``repeat`` > 1 or ``every``; at most
   ``max_cycles`` kept: the first and the latest, see docs/cycles.md).
-* ``faulthandler`` on fatal signals and on SIGUSR1 -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
-* a ``sigwait`` thread on SIGUSR2 (blocked in every other thread) that dumps all-thread stacks and the
-  Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then writes
-  ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+* ``faulthandler`` on fatal signals and on one real-time signal nobody in the process had claimed
+  (the highest free one, e.g. SIGRTMAX) -> ``RUN/stacks/rank{R}.txt`` (C level, no GIL).
+* a dump thread blocked reading a FIFO (``$TMPDIR/traceread-dump-*/rank{R}.fifo``, else
+  ``RUN/inject/rank{R}.dump``; its path is ``dump_trigger`` in the rank file): one byte from the launcher makes it dump all-thread
+  stacks and the Flight Recorder buffer(s) to ``RUN/fr/rank{R}.json`` (pickle ``.pkl`` fallback), then
+  write ``RUN/inject/rank{R}.ack``; it runs while the main thread is blocked inside a collective.
+  No signal mask and no signal of the job's is touched: SIGUSR1/SIGUSR2 stay the job's (SLURM's
+  ``--signal=USR2@60``, checkpoint-on-preemption handlers).
 * a ``sys.excepthook`` that writes the torchelastic error file format to ``RUN/errors/rank{R}.json``
   and to torchrun's ``TORCHELASTIC_ERROR_FILE`` (the zero-code equivalent of ``@record``).
+* with ``memory_snapshot``: a memory snapshot (``torch.cuda.memory._snapshot()``'s dict, pickled as
+  ``_dump_snapshot`` does) at the end of each profiled window, ``RUN/memory/rank{R}.pickle``
+  (``rank{R}_cycle{C}.pickle`` with several cycles), and ``RUN/memory/rank{R}_oom.pickle`` on an
+  out-of-memory error. On a GPU the allocator's history is recorded during the window
+  (``_record_memory_history``) and the OOM observer takes the snapshot before the error is raised; on
+  a CPU-only job the snapshot is built from the window's profile (``_memory_viz._profile_to_snapshot``,
+  which needs ``with_stack``), and an uncaught OOM error stops the profiler so the window so far is
+  written. The job's exception and exit code are untouched.
 """
 
 from __future__ import annotations
@@ -30,9 +42,11 @@ import faulthandler
 import gzip
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -42,8 +56,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import FrameType
 
-STACK_SIGNAL = signal.SIGUSR1  # faulthandler, C level: works even when the GIL is held
-DUMP_SIGNAL = signal.SIGUSR2  # sigwait thread: stacks + Flight Recorder + ack
+#: Real-time signals the C-level stack fallback may take, highest first; glibc keeps the lowest few.
+_STACK_SIGNAL_CHOICES = tuple(range(signal.SIGRTMAX, signal.SIGRTMIN + 3, -1))
 _AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 
 
@@ -65,6 +79,7 @@ class _State:
         self.profile_selected = False
         self.profile_done = False
         self.cycles = 0
+        self.partial: tuple[int, int] | None = None  # (active steps recorded, unfinished step) of a window cut short
         self.cycle_log: list[dict[str, Any]] = []  # one entry per finished cycle (info["cycles"])
         self.step_ns: dict[int, int] = {}  # profiler step number -> wall time it began (active steps only)
         self.torch_ready = False
@@ -72,6 +87,10 @@ class _State:
         self.hook_handle: Any = None
         self.clock_thread: threading.Thread | None = None
         self.hook_s = 0.0  # total time spent in our step hook (reported, to prove it is cheap)
+        self.mem_history = False  # CUDA allocator history recording (memory_snapshot)
+        self.oom = False  # an out-of-memory error happened (the next snapshot is the OOM one)
+        self.oom_written = False
+        self.dump_trigger: str | None = None  # the FIFO the launcher writes a byte into to ask for a dump
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
@@ -102,9 +121,22 @@ def _log_exc(state: _State | None, what: str) -> None:
 def _atomic_write_json(path: str, obj: Any) -> None:
     text = json.dumps(obj, indent=1, default=str)  # serialise first: a failure leaves no partial file
     tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    _write_then_rename(tmp, path, text.encode("utf-8"))
+
+
+def _write_then_rename(tmp: str, path: str, data: bytes) -> None:
+    """``data`` to ``tmp``, renamed over ``path``; on any failure (a full disk) ``tmp`` is removed,
+    so no empty or partial temp file is left in the run folder."""
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _clock_sample(label: str) -> dict[str, Any]:
@@ -283,17 +315,64 @@ def _write_progress(state: _State) -> None:
 def _install_faulthandler(state: _State) -> None:
     state.stacks_file = open(state.path("stacks", f"rank{state.rank}.txt"), "a", encoding="utf-8")
     faulthandler.enable(file=state.stacks_file, all_threads=True)
-    faulthandler.register(STACK_SIGNAL, file=state.stacks_file, all_threads=True, chain=False)
-    state.info["signals"]["stacks"] = STACK_SIGNAL.name
+    signum = _free_signal()
+    if signum is None:
+        _log(state, "no free real-time signal: no C-level stack fallback in this rank")
+        return
+    faulthandler.register(signum, file=state.stacks_file, all_threads=True, chain=False)
+    state.info["signals"]["stacks"] = _signal_name(signum)
+    state.info["stack_signal"] = signum
+
+
+def _free_signal() -> int | None:
+    """A real-time signal with its default action, i.e. that nothing in this process claimed."""
+    for signum in _STACK_SIGNAL_CHOICES:
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                return signum
+        except (ValueError, OSError):
+            continue
+    return None
+
+
+def _signal_name(signum: int) -> str:
+    return "SIGRTMAX" if signum == signal.SIGRTMAX else f"SIGRTMAX-{signal.SIGRTMAX - signum}"
 
 
 def _install_dump_thread(state: _State) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("not on the main thread; cannot block the dump signal")
-    signal.pthread_sigmask(signal.SIG_BLOCK, {DUMP_SIGNAL})
-    thread = threading.Thread(target=_dump_loop, args=(state,), name="traceread-dump", daemon=True)
+    """A thread blocked in ``read`` on a FIFO: the launcher's byte wakes it; no signal involved."""
+    path, fd = _open_trigger(state)
+    thread = threading.Thread(target=_dump_loop, args=(state, fd), name="traceread-dump", daemon=True)
     thread.start()
-    state.info["signals"]["dump"] = DUMP_SIGNAL.name
+    state.dump_trigger = path
+    state.info["dump_trigger"] = path
+
+
+def _open_trigger(state: _State) -> tuple[str, int]:
+    """Create and open (read-write, so it never reads end-of-file) this rank's dump FIFO.
+
+    In a private folder of the local temp folder (``traceread-dump-*``, mode 0700): a FIFO in the run
+    folder would trip tools that copy or archive it (``chattr -R``, ``rsync``) and some shared file
+    systems refuse FIFOs; ``RUN/inject`` only when no temp folder is usable."""
+    import tempfile
+
+    last: BaseException | None = None
+    for where in ("temp", "run"):
+        try:
+            if where == "temp":
+                path = os.path.join(tempfile.mkdtemp(prefix="traceread-dump-"), f"rank{state.rank}.fifo")
+            else:
+                path = state.path("inject", f"rank{state.rank}.dump")
+                try:
+                    os.unlink(path)  # left by an earlier process with this rank (a restart)
+                except FileNotFoundError:
+                    pass
+            os.mkfifo(path, 0o600)
+            return path, os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            last = exc
+            _log(state, f"dump FIFO in the {where} folder: {exc!r}")
+    raise RuntimeError(f"no dump FIFO could be made: {last!r}")
 
 
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
@@ -308,19 +387,22 @@ def _quiet_thread() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _FAULTS)
 
 
-def _dump_loop(state: _State) -> None:
+def _dump_loop(state: _State, fd: int) -> None:
     try:
         _quiet_thread()
     except BaseException:
         _log_exc(state, "dump thread signal mask")
     while True:
         try:
-            signal.sigwait({DUMP_SIGNAL})
+            if not os.read(fd, 64):
+                return
+        except InterruptedError:
+            continue
         except BaseException:
-            _log_exc(state, "sigwait")
+            _log_exc(state, "dump trigger read")
             return
         try:
-            dump_now(state, reason="signal")
+            dump_now(state, reason="request")
         except BaseException:
             _log_exc(state, "dump")
 
@@ -411,10 +493,7 @@ def _dump_flight_recorder(state: _State) -> list[str]:
     for i, (recorder, payload, ext) in enumerate(chosen):
         name = f"rank{state.rank}.{ext}" if i == 0 else f"rank{state.rank}.{recorder}.{ext}"
         path = state.path("fr", name)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, path)
+        _write_then_rename(f"{path}.tmp{os.getpid()}", path, payload)
         written.append(os.path.relpath(path, state.run_dir))
     return written
 
@@ -436,6 +515,10 @@ def _install_excepthook(state: _State) -> None:
             _record_error(state, exc_type, exc, tb)
         except BaseException:
             _log_exc(state, "excepthook")
+        try:
+            _on_uncaught_oom(state, exc)
+        except BaseException:
+            _log_exc(state, "OOM snapshot")
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
@@ -687,14 +770,16 @@ def _drive_profiler(state: _State) -> None:
         # torch warns on every later cycle that events are not accumulated: that is what we want (each
         # cycle is exported on its own), and the warning would land in the job's output
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
+        snap_from_profile = bool(cfg.get("memory_snapshot")) and not torch.cuda.is_available()
         state.prof = profile(
             activities=activities,
             schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
             on_trace_ready=lambda prof: _export(state, prof),
-            record_shapes=bool(cfg.get("record_shapes", True)),
-            with_stack=bool(cfg.get("with_stack", False)),
-            profile_memory=bool(cfg.get("profile_memory", False)),
+            record_shapes=bool(cfg.get("record_shapes", True)) or snap_from_profile,
+            with_stack=bool(cfg.get("with_stack", False)) or snap_from_profile,
+            profile_memory=bool(cfg.get("profile_memory", False)) or bool(cfg.get("memory_snapshot")),
         )
+        _start_memory_history(state)
         state.prof.start()
         state.step_ns[0] = time.time_ns()
         state.info["profiled"] = True
@@ -710,6 +795,7 @@ def _drive_profiler(state: _State) -> None:
     if repeat > 0 and state.cycles >= repeat:
         _stop_profiler(state)
         state.profile_done = True
+        _stop_memory_history(state)
 
 
 def _schedule_numbers(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -764,15 +850,48 @@ def _drop_old_cycles(state: _State) -> None:
         _log(state, f"cycle {entry['cycle']} trace removed (max_cycles={cap})")
 
 
-def _stop_profiler(state: _State) -> None:
+def _recorded_in_window(state: _State, prof: Any) -> int:
+    """Active steps already finished in the window in progress (torch.profiler.schedule's own rule:
+    step ``s`` records when ``s mod (wait + warmup + active) >= wait + warmup``)."""
+    wait, warmup, active, repeat = _schedule_numbers(state.config)
+    n = wait + warmup + active
+    step = int(getattr(prof, "step_num", 0))
+    if n <= 0 or (repeat > 0 and step // n >= repeat):
+        return 0
+    return max(0, step % n - (wait + warmup))
+
+
+def _stop_profiler(state: _State, keep_partial: bool = False) -> None:
+    """Stop the profiler. ``keep_partial`` (the job is ending): a window that already recorded active
+    steps is exported, marked partial, instead of thrown away; the step cut short by the exit is renamed
+    in the trace so no reader takes it for a training step."""
     prof, state.prof = state.prof, None
     if prof is None:
         return
     try:
-        prof.on_trace_ready = None  # a partial cycle at stop is not exported
+        recorded = _recorded_in_window(state, prof) if keep_partial else 0
+        if recorded > 0:
+            state.partial = (recorded, int(getattr(prof, "step_num", 0)))
+        else:
+            prof.on_trace_ready = None  # nothing recorded yet (or not ending): nothing to export
         prof.stop()
     except BaseException:
         _log_exc(state, "profiler stop")
+
+
+def _copy_replacing(src: Any, dst: Any, old: bytes, new: bytes, chunk: int = 1 << 20) -> None:
+    """Copy ``src`` to ``dst`` with every ``old`` replaced by ``new``, in bounded memory (a match
+    across two chunks is found: the tail that could start one is carried over)."""
+    carry = b""
+    while True:
+        block = src.read(chunk)
+        if not block:
+            dst.write(carry.replace(old, new))
+            return
+        data = (carry + block).replace(old, new)
+        keep = len(old) - 1
+        carry, out = (data[-keep:], data[:-keep]) if keep and len(data) > keep else (data, b"") if keep else (b"", data)
+        dst.write(out)
 
 
 def _export(state: _State, prof: Any) -> None:
@@ -783,30 +902,39 @@ def _export(state: _State, prof: Any) -> None:
     tmp_json = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.json")
     tmp_gz = state.path("traces", f".rank{state.rank}.{os.getpid()}.export.gz")
     last = int(getattr(prof, "step_num", 0)) - 1  # called from step() that left the last active step
-    steps = list(range(last - int(state.config["active"]) + 1, last + 1))
+    partial = state.partial
+    recorded = partial[0] if partial else int(state.config["active"])
+    steps = list(range(last - recorded + 1, last + 1))
     entry: dict[str, Any] = {"cycle": state.cycles, "steps": [steps[0], steps[-1]] if steps else None,
                              "start_ns": state.step_ns.get(steps[0]) if steps else None, "end_ns": end_ns,
                              "trace": None}
+    if partial:
+        entry["partial"] = {"recorded": recorded, "active": int(state.config["active"]),
+                            "unfinished_step": partial[1]}
     try:
         _fail_point(state, "export")
         final = _trace_path(state, state.cycles)
         prof.export_chrome_trace(tmp_json)
         with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=4) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            if partial:  # the step the exit cut short is no training step: renamed, so readers skip it
+                _copy_replacing(src, dst, f'"ProfilerStep#{partial[1]}"'.encode(),
+                                f'"traceread: step {partial[1]} cut short by the exit"'.encode())
+            else:
+                shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp_gz, final)
         state.info["trace"] = entry["trace"] = os.path.relpath(final, state.run_dir)
         state.info["profiler_steps"] = steps
+        if state.config.get("memory_snapshot"):
+            entry["memory_snapshot"] = _write_snapshot(state, prof, _snapshot_name(state))
+        if partial:
+            state.info["partial"] = entry["partial"]
         _log(state, f"trace cycle {state.cycles} written to {state.info['trace']} "
                     f"in {time.perf_counter() - t0:.3f} s")
     except BaseException as exc:
         state.info["inject_errors"].append(f"export: {exc!r}")
         _log_exc(state, "trace export")
     finally:
-        for tmp in (tmp_json, tmp_gz):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        _remove_temps(state.path("traces"), f".rank{state.rank}.{os.getpid()}.export")
         state.cycle_log.append(entry)
         try:
             _drop_old_cycles(state)
@@ -816,13 +944,139 @@ def _export(state: _State, prof: Any) -> None:
         _write_rank_json(state)
 
 
+def _snapshot_name(state: _State) -> str:
+    if state.oom:
+        return f"rank{state.rank}_oom.pickle"
+    if _multi_cycle(state.config):
+        return f"rank{state.rank}_cycle{state.cycles}.pickle"
+    return f"rank{state.rank}.pickle"
+
+
+def _start_memory_history(state: _State) -> None:
+    """GPU: record the allocator's history during the window and snapshot on OOM (before the error)."""
+    if not state.config.get("memory_snapshot"):
+        return
+    try:
+        torch = sys.modules["torch"]
+        os.makedirs(state.path("memory"), exist_ok=True)
+        if not torch.cuda.is_available():
+            return
+        torch.cuda.memory._record_memory_history(max_entries=int(state.config.get("memory_history", 100_000)))
+        state.mem_history = True
+
+        def observer(device: Any, alloc: Any, device_alloc: Any, device_free: Any) -> None:
+            try:
+                if not state.oom_written:
+                    state.oom = True
+                    _write_snapshot(state, None, f"rank{state.rank}_oom.pickle")
+            except BaseException:
+                _log_exc(state, "OOM observer")
+
+        torch._C._cuda_attach_out_of_memory_observer(observer)
+        _log(state, "memory history recording started (memory_snapshot)")
+    except BaseException:
+        _log_exc(state, "memory history")
+
+
+def _stop_memory_history(state: _State) -> None:
+    """After the last window the history stops costing the job anything."""
+    if not state.mem_history:
+        return
+    try:
+        sys.modules["torch"].cuda.memory._record_memory_history(enabled=None)
+        state.mem_history = False
+    except BaseException:
+        _log_exc(state, "memory history stop")
+
+
+def _write_snapshot(state: _State, prof: Any, name: str) -> str | None:
+    """``RUN/memory/<name>``, atomically: the CUDA allocator's snapshot, else one built from ``prof``."""
+    try:
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available():
+            snap = torch.cuda.memory._snapshot()
+        elif prof is not None:
+            from torch.cuda._memory_viz import _profile_to_snapshot
+
+            snap = _profile_to_snapshot(prof)
+        else:
+            return None
+        os.makedirs(state.path("memory"), exist_ok=True)
+        path = state.path("memory", name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            pickle.dump(snap, fh)
+        os.replace(tmp, path)
+        if name.endswith("_oom.pickle"):
+            state.oom_written = True
+        _log(state, f"memory snapshot written to memory/{name}")
+        return os.path.relpath(path, state.run_dir)
+    except BaseException:
+        _log_exc(state, f"memory snapshot {name}")
+        return None
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA), or the CPU allocator's "can't allocate memory" RuntimeError."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    msg = str(exc)
+    return isinstance(exc, (RuntimeError, MemoryError)) and ("out of memory" in msg.lower()
+                                                             or "can't allocate memory" in msg)
+
+
+def _on_uncaught_oom(state: _State, exc: BaseException) -> None:
+    """An uncaught OOM error: on a CPU-only job stop the profiler, which writes the window so far (trace
+    and snapshot, named _oom); on a GPU the OOM observer already wrote the snapshot."""
+    if not state.config.get("memory_snapshot") or state.oom_written or not _is_oom(exc):
+        return
+    state.oom = True
+    prof = state.prof
+    if prof is None:
+        _log(state, "out-of-memory error outside the profiled window: no snapshot")
+        return
+    prof.stop()  # a recording window is exported by on_trace_ready (_export), snapshot included
+    state.prof = None
+    state.profile_done = True
+
+
+def _remove_temps(folder: str, prefix: str) -> None:
+    """Our temporary files and the profiler's own (Kineto writes ``<path>.tmp`` first): a failed
+    export (a full disk) leaves none of them in the run folder."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
 def _at_exit(state: _State) -> None:
     try:
         state.info["clock"].append(_clock_sample("exit"))
-        _stop_profiler(state)
+        _stop_profiler(state, keep_partial=True)
         if state.clock_thread is not None:
             state.clock_thread.join(2.0)  # a short job may end before the offset exchange finished
         _write_rank_json(state)
         _log(state, f"exit after {state.step} optimizer steps; hook overhead {state.hook_s * 1e3:.2f} ms")
+    except BaseException:
+        pass
+    if state.dump_trigger and state.info.get("pid") == os.getpid():  # not in a forked child
+        remove_trigger(state.dump_trigger)
+
+
+def remove_trigger(path: str) -> None:
+    """Remove a dump FIFO and its private temp folder (the launcher calls it for ranks that died)."""
+    try:
+        if stat.S_ISFIFO(os.lstat(path).st_mode):
+            os.unlink(path)
+        folder = os.path.dirname(path)
+        if os.path.basename(folder).startswith("traceread-dump-"):
+            os.rmdir(folder)
     except BaseException:
         pass
