@@ -19,6 +19,11 @@ computed by the original code (or by another mutant) is reused.
     python bench/mutation.py --list                # the mutants and whether each applies
     python bench/mutation.py --json mutation.json  # also write the per-mutant results
 
+A mutant may name ``first``: test files of its area, run alone before the whole command (a fast
+path on a small machine: the whole suite takes minutes and its killing test may be scheduled last).
+When they fail, the mutant is killed; when they pass, the whole command decides, so the verdict is
+the whole command's either way (``--no-first`` turns the fast path off; ``--tests`` implies it).
+
 The default test command is the whole suite without the end-to-end tests (``-m "not slow"``) and
 without the executor tests (:data:`EXECUTOR_TESTS`), with ``-x`` so a killed mutant stops at its first
 failure; ``--tests`` overrides it (split like a shell).
@@ -63,6 +68,7 @@ class Mutant:
     old: str
     new: str
     why: str
+    first: tuple[str, ...] = ()  # test files to run first (the fast path); the whole command when they pass
 
 
 def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
@@ -75,7 +81,10 @@ def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
             raise SystemExit(f"{path}: mutant {row.get('id', '?')} lacks {sorted(missing)}")
         if row["old"] == row["new"]:
             raise SystemExit(f"{path}: mutant {row['id']} changes nothing")
-        out.append(Mutant(**{k: row[k] for k in FIELDS}))
+        first = row.get("first") or []
+        if not isinstance(first, list) or not all(isinstance(t, str) and t.startswith("tests/") for t in first):
+            raise SystemExit(f"{path}: mutant {row['id']}: 'first' must be a list of tests/... files")
+        out.append(Mutant(**{k: row[k] for k in FIELDS}, first=tuple(first)))
     ids = [m.id for m in out]
     if len(set(ids)) != len(ids):
         raise SystemExit(f"{path}: duplicate mutant ids")
@@ -128,14 +137,21 @@ def run_tests(work: Path, tests: list[str], timeout: int, cache: Path) -> tuple[
     return "error", f"pytest exit {proc.returncode}: {(out.strip().splitlines() or [proc.stderr.strip()])[-1]}"
 
 
-def run_one(m: Mutant, work: Path, tests: list[str], timeout: int) -> dict[str, object]:
+def run_one(m: Mutant, work: Path, tests: list[str], timeout: int, fast: bool = True) -> dict[str, object]:
+    """The mutant applied, its ``first`` test files run alone (when given and ``fast``), then, unless
+    they already failed, the whole test command: a survivor is always judged by the whole command."""
     target = work / m.file
     original = target.read_text()
     target.write_text(original.replace(m.old, m.new, 1))
     _drop_bytecode(target)
     t0 = time.monotonic()
     try:
-        outcome, detail = run_tests(work, tests, timeout, work.parent / "cache")
+        outcome = "passed"
+        if fast and m.first:
+            outcome, detail = run_tests(work, ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider", *m.first],
+                                        timeout, work.parent / "cache")
+        if outcome == "passed":
+            outcome, detail = run_tests(work, tests, timeout, work.parent / "cache")
     finally:
         target.write_text(original)
         _drop_bytecode(target)
@@ -152,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the per-mutant results here")
     ap.add_argument("--list", action="store_true", help="list the mutants and whether each applies; run nothing")
     ap.add_argument("--no-baseline", action="store_true", help="do not run the tests on the unmutated copy first")
+    ap.add_argument("--no-first", action="store_true",
+                    help="skip the fast path: every mutant runs the whole test command only")
     args = ap.parse_args(argv)
     mutants = [m for m in load_mutants() if not args.only or args.only in m.id]
     if args.list:
@@ -178,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             if not applies(m, work):
                 res: dict[str, object] = {"id": m.id, "file": m.file, "why": m.why, "outcome": "stale"}
             else:
-                res = run_one(m, work, tests, args.timeout)
+                res = run_one(m, work, tests, args.timeout, fast=not args.no_first and not args.tests)
             results.append(res)
             print(f"{res['outcome']:9s} {m.id}  ({res.get('seconds', '-')} s)  {res.get('by', '')}", flush=True)
     counted = [r for r in results if r["outcome"] in ("killed", "survived")]

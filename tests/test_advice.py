@@ -50,14 +50,34 @@ def test_ep_cp_straggler_host() -> None:
     assert "CUDA graphs" in t and "torch.compile" in t and "workers" in t
 
 
+#: The job's numbers for the table below: 8 stages, 2 micro-batches, a group over 4 nodes of 8 GPUs
+#: measuring 1 GB/s against 900 GB/s NVLink, 16 accumulation micro-steps; a 100 µs share.
+NUMBERS = {"share_us": 100.0, "stages": 8, "microbatches": 2, "nodes": 4, "gpus_per_node": 8, "busbw_gbps": 1.0,
+           "nvlink_gbps": 900.0, "accumulation": 16}
+#: Saving of each (role, category) worked out by hand from the guide's cost models (None: no model).
+PP = 100.0 * (1 - (7 / (7 + 4)) / (7 / (7 + 2)))  # bubble (P-1)/(P-1+M) at M = 2 → at 2M = 4
+SAVINGS: dict[tuple[str | None, str], float | None] = {
+    **{(role, "bubble"): PP for role in ("dp", "fsdp", "tp", "cp", "pp", "ep", "other", None)},
+    **{("pp", c): PP for c in ("comm_transfer", "comm_wait", "host_bound")},
+    **{(role, "host_bound"): None for role in ("dp", "fsdp", "tp", "cp", "ep", "other", None)},
+    **{("tp", c): 100.0 * (1 - 1.0 / 900.0) for c in ("comm_transfer", "comm_wait")},  # TP over 4 nodes: NVLink instead
+    **{("dp", c): 100.0 * (1 - 1 / 16) for c in ("comm_transfer", "comm_wait")},  # no_sync: 15 of 16 all-reduces skipped
+    **{("fsdp", c): 100.0 * (1 - 1 / 8) for c in ("comm_transfer", "comm_wait")},  # HSDP: 1/8 of the bytes cross nodes
+    ("ep", "comm_wait"): 100.0, ("ep", "comm_transfer"): None,  # a balanced dispatch removes the whole wait
+    **{(role, c): None for role in ("cp", "other", None) for c in ("comm_transfer", "comm_wait")},
+}
+
+
 @pytest.mark.parametrize("role", ["dp", "fsdp", "tp", "cp", "pp", "ep", "other", None])
 @pytest.mark.parametrize("category", ["comm_transfer", "comm_wait", "bubble", "host_bound"])
-def test_prediction_never_exceeds_the_share(role: str | None, category: str) -> None:
-    numbers = {"share_us": 100.0, "stages": 8, "microbatches": 2, "nodes": 4, "gpus_per_node": 8, "busbw_gbps": 1.0,
-               "nvlink_gbps": 900.0, "accumulation": 16}
-    text, saving = explain.advice(role, category, numbers)
+def test_prediction_is_the_cost_models_number(role: str | None, category: str) -> None:
+    """Every (role, category) pair's saving, exactly: the number the cost model gives for this job,
+    never a share it does not model, never above the share."""
+    text, saving = explain.advice(role, category, NUMBERS)
     assert text
-    assert saving is None or 0.0 <= saving <= 100.0
+    want = SAVINGS[(role, category)]
+    assert saving == (None if want is None else pytest.approx(want)), (role, category)
+    assert saving is None or 0.0 <= saving <= NUMBERS["share_us"]
 
 
 def test_point_to_point_is_not_explained_as_a_ring() -> None:

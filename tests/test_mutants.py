@@ -29,10 +29,11 @@ MUTANTS = HARNESS.load_mutants()
 
 
 def test_mutants_exist_and_ids_say_where() -> None:
-    assert len(MUTANTS) >= 40
+    assert len(MUTANTS) >= 70
     for m in MUTANTS:
         assert m.file.startswith("traceread/") and m.file.endswith(".py"), m.id
         assert len(m.why) > 20, f"{m.id}: say why this is a wrong diagnosis"
+        assert all((REPO / t).is_file() for t in m.first), f"{m.id}: a 'first' test file does not exist"
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])

@@ -141,11 +141,11 @@ def step_ledger(report: Report, summaries: list[RankSummary], matched: Any, cloc
         return
     # Roles of the process groups from the layout (report["layout"]); without one the ledger falls
     # back to send/recv → pp, all-to-all → ep, else other.
-    from traceread.analysis.comm.layout import UNNAMED_PG
+    from traceread.analysis.comm.layout import group_key
 
     layout = report.get("layout")
     roles = {str(g["pg"]): g["role"] for g in (layout.get("groups") if layout else None) or []}
-    role_of = (lambda pg: roles.get(UNNAMED_PG if pg is None else str(pg), "other")) if roles else None
+    role_of = (lambda pg: roles.get(group_key(pg, roles), "other")) if roles else None
     host_only = {s.entry["rank"] for s in summaries if s.entry.get("compute_us") is None}
     led = job_ledger.build(segments, [s.comm for s in summaries if s.comm.height], matched, clock, role_of, host_only)
     report["ledger"] = led.job

@@ -146,12 +146,12 @@ class Layout:
 
     def role_of(self, pg: str | None) -> str:
         """The role of process group ``pg`` (its name; None: the traffic no group name was recorded
-        for, :data:`UNNAMED_PG`); ``"other"`` when unknown."""
+        for, :func:`group_key`); ``"other"`` when unknown."""
         g = self.group(pg)
         return g.role if g is not None else "other"
 
     def group(self, pg: str | None) -> Group | None:
-        key = UNNAMED_PG if pg is None else str(pg)
+        key = group_key(pg, {g.pg for g in self.groups})
         return next((g for g in self.groups if g.pg == key), None)
 
     def to_json(self) -> dict[str, Any]:
@@ -458,6 +458,15 @@ def node_map(ranks: Iterable[int], *, hosts: Mapping[int, str] | None = None,
 #: Name of the row that gathers collectives the trace attributes to no process group (engines' own
 #: communicators, custom all-reduce and expert-parallel kernels, older traces' unnamed kernels).
 UNNAMED_PG = "(unnamed)"
+
+
+def group_key(pg: str | None, groups: Iterable[str]) -> str:
+    """The layout row of traffic of process group ``pg``: its name; for traffic that names no group,
+    the :data:`UNNAMED_PG` row when named groups exist beside it, else the default group (a trace that
+    names no group anywhere: :func:`infer_layout` takes every collective as the default group's)."""
+    if pg is not None:
+        return str(pg)
+    return UNNAMED_PG if UNNAMED_PG in set(groups) else DEFAULT_PG
 _NGPUS_RE = re.compile(r"(?:cross_?device_?reduce|all_?reduce)\w*<[^<>]*?,\s*(\d+)\s*>", re.IGNORECASE)
 
 

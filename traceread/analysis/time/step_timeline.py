@@ -149,7 +149,9 @@ def category(kind: str, pg: str | None, roles: dict[str, str], pipeline: bool) -
     """What a row is coloured as: compute, comm by role (else by process group), memcpy, idle (a
     bubble in a pipeline job) or host-bound idle."""
     if kind == "comm":
-        key = pg if pg is not None else "(unnamed)"  # analysis.comm.layout.UNNAMED_PG: traffic naming no group
+        from traceread.analysis.comm.layout import group_key  # traffic naming no group: its layout row
+
+        key = group_key(pg, roles)
         return f"comm {roles[key]}" if key in roles else f"comm pg {pg if pg is not None else '?'}"
     if kind == "idle":
         return "idle / bubble" if pipeline else "idle"
