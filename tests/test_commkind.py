@@ -102,6 +102,20 @@ def test_kinds_by_launching_operator() -> None:
     assert rt.gpu.select(gpu_class_expr())["gpu_class"].to_list() == ["comp", "comp", "comp", "comm"]
 
 
+@pytest.mark.parametrize("op,comm", [
+    ("vllm::all_reduce", True), ("sgl_kernel::all_gather_into_tensor", True), ("c10d::allreduce_", True),
+    ("aten::all_gather_into_tensor", False), ("prim::all_reduce", False), ("inductor::reduce_scatter_tensor", False),
+])
+def test_launching_operator_rule_is_the_operator_names_rule(op: str, comm: bool) -> None:
+    """A kernel with a compute-looking name is communication by its launching operator exactly when
+    that operator is a communication operator (torch's own aten/prim/inductor ops never are)."""
+    host = [{"cat": "cpu_op", "name": op, "ts": 0.0, "dur": 50.0},
+            {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1.0, "dur": 2.0, "parent": 0, "depth": 1}]
+    rt = make_rank([{"name": "void k_impl<float>(float*)", "ts": 10.0, "dur": 5.0, "op_row": 0, "launch_row": 1}], host)
+    assert commkind.is_comm_op_name(op) is comm
+    assert commkind.comm_kinds(rt.gpu, rt.host).to_list() == (["op"] if comm else [None])
+
+
 def test_breakdown_counts_non_nccl_communication_as_comm() -> None:
     b = breakdown.rank_breakdown(_engine_rank())
     assert b.compute_us == pytest.approx(50.0)  # GEMM 40 + copy 10

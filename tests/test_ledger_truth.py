@@ -32,6 +32,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "custom_allreduce": ("custom_allreduce", {}),
     "host_bound": ("host_bound", {}),
     "gloo_host": ("gloo_host", {"stragglers": [(1, 5000.0, "host")]}),
+    "cp": ("cp", {}),
+    "ddp_buffers": ("ddp_buffers", {}),
+    "ep_renamed": ("ep_renamed", {}),
+    "serving": ("serving", {}),
+    "tp_sp": ("tp_sp", {}),
 }
 
 
@@ -72,7 +77,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 def _ours(folder: Path) -> dict[str, Any]:
     """The report (layout, job ledger, findings) and every rank's final and local segments."""
-    from traceread.analysis.comm import clocks, collectives
+    from traceread.analysis.comm import clocks, collectives, layout
     from traceread.build.rank_map import summarise_rank
     from traceread.build.report import ReportOptions, build_report
     from traceread.engine.jobs import read_rank
@@ -85,7 +90,8 @@ def _ours(folder: Path) -> dict[str, Any]:
         identify(rt, single=False)
         summaries.append(summarise_rank(rt))
     roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
-    role_of = (lambda pg: roles.get(str(pg), "other")) if roles else None
+    # as the report does (build.job_reduce): traffic naming no group is the layout's unnamed row
+    role_of = (lambda pg: roles.get(layout.group_key(pg, roles), "other")) if roles else None
     extracts = [s.comm for s in summaries if s.comm.height]
     matched = collectives.match_collectives(extracts) if extracts else None
     clock = clocks.estimate_offsets(matched) if matched is not None else None

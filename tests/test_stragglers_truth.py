@@ -75,3 +75,21 @@ def test_the_report_lists_both_late_ranks(pair: tuple[Path, dict[str, Any]]) -> 
     folder, _ = pair
     doc = build_report([folder], ReportOptions(workers=1, use_cache=False))
     assert sorted(s["rank"] for s in doc["stragglers"]) == [1, 2]
+
+
+def test_late_arrivals_outside_the_analysed_steps_are_not_blamed(tmp_path: Path) -> None:
+    """Rank 1 is 2 ms late (host) in every step; the analysed window is steps 11-12 only (step 10 left
+    out, as a partial trailing step or one before the first complete ProfilerStep is). Its blame per
+    analysed step counts those two steps' collectives, never step 10's, and says what it left out."""
+    truth = simulate("ddp", tmp_path, stragglers=[(1, 2000.0, "host")], **SMALL)
+    ts = read_traces([tmp_path], use_cache=False, workers=1)
+    sw = {rt.rank: device_steps(rt) for rt in ts.ranks}
+    m = match_collectives([comm_events(rt, sw[rt.rank].table) for rt in ts.ranks])
+    kept = {r: w.table.filter(w.table["step"] != 10) for r, w in sw.items()}
+    res = attribute(m, kept, estimate_offsets(m))
+    analysed = {"steps": [11, 12], "collectives": [c for c in truth["collectives"] if c["step"] in (11, 12)]}
+    want = expected_blame(analysed, res.epsilon_us)
+    assert set(want) == {1} and len([c for c in truth["collectives"] if c["step"] == 10]) > 0
+    (e,) = res.entries
+    assert e["rank"] == 1 and e["blame_us_per_step"] == pytest.approx(want[1], abs=1e-3)
+    assert any("outside the analysed steps not counted" in n for n in res.notes)
