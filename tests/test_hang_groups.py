@@ -197,6 +197,20 @@ def test_layout_rebuild_needs_a_unique_fit(tmp_path: Path) -> None:
     assert 4 in {c["rank"] for c in e["culprits"]}
 
 
+def test_two_ranks_without_dumps_are_each_put_back_once(tmp_path: Path) -> None:
+    """Ranks 3 and 5 left no dump (rank 3's removed from the real run): rank 4's TP group could be {3, 4}
+    or {4, 5} by its neighbours' pattern, but rank 3 is already in {2, 3}. Each goes back in its own
+    groups only, and the answer is still the stopped rank 5 alone (rank 3 held no one up)."""
+    shutil.copytree(DATA / "groups_stop", tmp_path / "run")
+    (tmp_path / "run" / "_dump_3").unlink()
+    e = diagnose(tmp_path / "run", workers=1).entry
+    assert [(c["rank"], c["why"], c["pg"], c["seq"], c["waiting"]) for c in e["culprits"]] == [
+        (5, "no_dump", "3", 17, [4])]
+    put_back = sorted(x.split(": ", 1)[1].split(" from")[0] for x in e["evidence"] if "put back in it" in x)
+    assert put_back == [f"pg {pg}: rank {r} put back in it" for pg, r in
+                        (("10", 5), ("12", 3), ("2", 3), ("3", 5), ("6", 3), ("8", 5))]
+
+
 def test_report_renderers_show_one_line_per_culprit_first() -> None:
     """``traceread report`` on a run with a hang: the terminal and the HTML page list every culprit first."""
     import sys
