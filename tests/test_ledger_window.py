@@ -185,3 +185,22 @@ def test_missing_straggler_file_is_named_first(tmp_path: Path) -> None:
     head = " ".join(lines[1:lines.index(next(x for x in lines if x.startswith("ANSWER:")))])
     assert lines[1].startswith("MISSING: rank(s) 2 of 4") and "rank 2 is the likely straggler" in head
     assert next(x for x in lines if x.startswith("ANSWER:")).startswith("ANSWER: Rank 2's trace is missing")
+
+
+def test_two_late_ranks_each_save_only_what_the_other_leaves(tmp_path: Path) -> None:
+    """Rank 1 is 5 ms late (GPU) and rank 2 3 ms late in every step. With rank 1 on time, rank 2 still
+    holds every step: the step shrinks by about 2 ms, not 5 (nor rank 1's whole share on the critical
+    path). Truth: the simulator re-run with rank 1 on time (and with rank 2 on time: no shorter)."""
+    from traceread.simulate import simulate
+
+    knobs: dict[str, Any] = {"ranks": 4, "steps": 4, **SMALL}
+    both = [(1, 5000.0, "gpu"), (2, 3000.0, "gpu")]
+    mean = {name: simulate("ddp", tmp_path / name, stragglers=st, **knobs)["ledger_window"]["mean_step_us"]
+            for name, st in (("both", both), ("only2", both[1:]), ("only1", both[:1]))}
+    saving1, saving2 = mean["both"] - mean["only2"], mean["both"] - mean["only1"]
+    assert 1500.0 < saving1 < 2500.0 and abs(saving2) < 50.0  # the case is what it says
+    report = build_report([tmp_path / "both"], ReportOptions(use_cache=False, workers=1))
+    (f,) = _by_id(report, "straggler")
+    assert f["rank"] == 1 and f["predicted_saving_us"] == pytest.approx(saving1, rel=0.02)
+    assert f["impact_us_per_step"] > 1.2 * saving1  # its share is more than the step could shrink
+    assert [s["rank"] for s in report["stragglers"] if not s["noise"]] == [1]
