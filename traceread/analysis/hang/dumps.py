@@ -65,7 +65,7 @@ class DumpSet:
             if missing:
                 text += f"; no dump from rank{'s' if len(missing) > 1 else ''} {', '.join(rank_runs(missing))}"
             else:
-                text += f"; all {world} ranks have one"
+                text += f"; all {world} ranks have one" if world > 1 else "; the only rank has one"
         if self.problems:
             text += f"; {len(self.problems)} file{'s' if len(self.problems) > 1 else ''} unreadable"
         return text
