@@ -14,7 +14,7 @@ for i in $(seq "$runs"); do
   rm -rf "$out/run$i"
   "$py" -m traceread.cli collect -o "$out/run$i" -- \
     "$py" -m torch.distributed.run --nproc-per-node 1 --master-port "$(port)" "${job[@]}" >/dev/null 2>&1; t2=$(now)
-  echo "run $i plain $(echo "$t1 - $t0" | bc) s collect $(echo "$t2 - $t1" | bc) s"
+  echo "run $i plain $(awk "BEGIN{print $t1 - $t0}") s collect $(awk "BEGIN{print $t2 - $t1}") s"
 done | tee "$out/times.txt"
 "$py" - "$out/times.txt" <<'PY'
 import statistics, sys

@@ -146,6 +146,22 @@ def test_simulated_gpu_stops(tmp_path: Path, knobs: HangKnobs) -> None:
         assert c["victims"] >= 1 and not c["summary"].count("different order")
 
 
+@pytest.mark.parametrize("knobs", [
+    HangKnobs(tp=1, pp=1, dp=1, faults=[(0, 0.5)]),
+    HangKnobs(tp=1, pp=1, dp=2, faults=[(0, 0.5), (1, 0.5)]),
+], ids=["one_rank", "every_gpu"])
+def test_simulated_gpu_stops_with_nobody_waiting(tmp_path: Path, knobs: HangKnobs) -> None:
+    """No rank is in the stuck collective (a one-rank job, or every member's GPU stopped before it): the ranks
+    whose GPU never started their queue are still the culprits (the real H100 dump of
+    sample_traces/h100_nccl_timeout_1gpu has the same shape)."""
+    knobs.buffer = 200
+    truth = simulate_hang(tmp_path, knobs)
+    assert sorted(c["rank"] for c in truth["culprits"]) == [f[0] for f in knobs.faults]
+    e = _compare(tmp_path, truth)
+    assert {c["why"] for c in e["culprits"]} == {"gpu_stopped"}
+    assert diagnose(tmp_path, workers=1).headline.startswith("Rank 0's GPU stopped: its host enqueued ")
+
+
 def test_simulated_victim_fault_is_not_a_culprit(tmp_path: Path) -> None:
     """A second fault on a rank that was already waiting for the first never happens: not named."""
     truth = simulate_hang(tmp_path, HangKnobs(tp=2, pp=2, dp=4, ep=4, buffer=300, faults=[(3, 0.3), (12, 0.9)]))

@@ -377,3 +377,37 @@ def test_real_trace_without_memory_events(shared_traces: Path) -> None:
 def test_median_is_of_primary_devices(reports: dict) -> None:
     m = reports["zero3"]["memory"]
     assert m["median_peak_allocated_bytes"] == statistics.median(r["peak_allocated_bytes"] for r in m["ranks"])
+
+
+def test_snapshot_blocks_are_named_where_they_were_allocated(tmp_path: Path) -> None:
+    """Rewinding to the peak puts freed blocks back under the frames of their *allocation*: a block allocated
+    before the history began is said so (not blamed on the DDP hook that freed it), and a block allocated on
+    autograd's thread (C++ frames only) is named by its backward node. Layout written here, truth by construction."""
+    from traceread.analysis.memory.snapshot import read_snapshot
+
+    py = [{"filename": "train.py", "line": 7, "name": "main"}]
+    freer = [{"filename": "", "line": 0, "name": "c10d::Reducer::autograd_hook(unsigned long)"}]
+    node = [{"filename": "", "line": 0, "name": "at::_ops::nll_loss_backward::call(at::Tensor const&)"},
+            {"filename": "", "line": 0, "name": "torch::autograd::generated::NllLossBackward0::apply(std::vector&&)"}]
+    op_only = [{"filename": "", "line": 0, "name": "at::_ops::empty_strided::call(long)"},
+               {"filename": "", "line": 0, "name": "at::_ops::copy_::call(at::Tensor&)"}]
+    history = [
+        {"action": "alloc", "addr": 0x1000, "size": 300, "frames": node},          # backward output
+        {"action": "alloc", "addr": 0x2000, "size": 50, "frames": py},
+        {"action": "alloc", "addr": 0x3000, "size": 20, "frames": op_only},
+        {"action": "free_requested", "addr": 0x9000, "size": 1000, "frames": freer},
+        {"action": "free_completed", "addr": 0x9000, "size": 1000, "frames": freer},  # allocated before history
+        {"action": "free_requested", "addr": 0x1000, "size": 300, "frames": freer},
+        {"action": "free_completed", "addr": 0x1000, "size": 300, "frames": freer},
+    ]
+    snap = tmp_path / "rank0.pickle"
+    segments = [{"device": 0, "address": 0x2000, "total_size": 4096,
+                 "blocks": [{"address": 0x2000, "size": 50, "state": "active_allocated", "frames": py},
+                            {"address": 0x3000, "size": 20, "state": "active_allocated", "frames": op_only}]}]
+    snap.write_bytes(pickle.dumps({"segments": segments, "device_traces": [history]}))
+    (dev,) = read_snapshot(snap)["devices"]
+    assert dev["peak_allocated_bytes"] == 1000 + 300 + 50 + 20  # after the third alloc, before any free
+    frames = {f["frame"]: f["bytes"] for f in dev["top_frames"]}
+    assert frames == {"(allocated before memory history recording began)": 1000,
+                      "backward: NllLossBackward0 (autograd thread, no Python frame)": 300,
+                      "train.py:7 main": 50, "aten::copy_ (no Python frame)": 20}

@@ -74,7 +74,7 @@ def test_report_on_logs_alone(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(cli, ["report", str(tmp_path / "logs"), "--no-html"])
     assert res.exit_code == 0, res.output
-    assert "NCCL logs (1 file(s))" in res.output and "no trace" in res.output
+    assert "NCCL logs (1 file)" in res.output and "no trace" in res.output
     assert "fell back to TCP sockets" in res.output and "communicator init took 47.9 s" in res.output
     res = runner.invoke(cli, ["report", str(tmp_path / "logs" / "job-1234.out"), "--format", "json"])
     assert res.exit_code == 0, res.output

@@ -4,10 +4,15 @@ Used to record the real H100 samples (`sample_traces/h100_*`, see tests/jobs/rec
 NCCL on CUDA (bf16 autocast, flash attention through scaled_dot_product_attention), gloo on CPU.
 Several ranks may share one GPU (``--same-gpu``) when a machine has a single GPU.
 
-Knobs: --steps, --layers, --d-model, --heads, --seq, --batch, --vocab, --same-gpu, --backend, --compile.
+Knobs: --steps, --layers, --d-model, --heads, --seq, --batch, --vocab, --same-gpu, --backend, --compile,
+--stall-gpu-step K (CUDA only: at step K the GPU is made to spin for --stall-s seconds before the forward, as a
+GPU that stopped would; DDP's gradient all-reduces queue behind it, the host blocks at the next loss print, and
+NCCL's watchdog / a Flight Recorder dump sees those collectives scheduled but never started),
+--nccl-timeout S (the process group's timeout).
 """
 
 import argparse
+import datetime
 import math
 import os
 
@@ -66,18 +71,24 @@ def main() -> None:
     ap.add_argument("--same-gpu", action="store_true", help="every rank uses cuda:0")
     ap.add_argument("--backend", default=None, help="nccl (CUDA default) or gloo (CPU default; also CUDA tensors)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (Triton kernels)")
+    ap.add_argument("--stall-gpu-step", type=int, default=-1, help="CUDA: the GPU spins at this step")
+    ap.add_argument("--stall-s", type=float, default=600.0, help="how long the GPU spins (seconds)")
+    ap.add_argument("--nccl-timeout", type=float, default=600.0, help="process group timeout (seconds)")
     args = ap.parse_args()
 
     cuda = torch.cuda.is_available()
+    if args.stall_gpu_step >= 0 and not cuda:
+        raise SystemExit("--stall-gpu-step needs a CUDA GPU")
+    timeout = datetime.timedelta(seconds=args.nccl_timeout)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         dev = torch.device("cuda", 0 if args.same_gpu else local)
         torch.cuda.set_device(dev)
         backend = args.backend or "nccl"
-        dist.init_process_group(backend, device_id=dev if backend == "nccl" else None)
+        dist.init_process_group(backend, device_id=dev if backend == "nccl" else None, timeout=timeout)
     else:
         dev = torch.device("cpu")
-        dist.init_process_group(args.backend or "gloo")
+        dist.init_process_group(args.backend or "gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = GPT(args.vocab, args.d_model, args.heads, args.layers, args.seq).to(dev)
@@ -87,6 +98,8 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=cuda)
     g = torch.Generator(device="cpu").manual_seed(rank)
     for step in range(args.steps):
+        if step == args.stall_gpu_step:
+            torch.cuda._sleep(int(args.stall_s * 2e9))  # one kernel spins >= stall_s (SM clock <= 2 GHz): it "stopped"
         idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(dev, non_blocking=True)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(idx[:, :-1])

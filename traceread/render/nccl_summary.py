@@ -64,6 +64,10 @@ def _inspector(n: dict[str, Any]) -> list[str]:
     return out
 
 
+def _count(n: Any, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def nccl_lines(report: Report) -> list[str]:
     """A few plain lines: version, size, communicators, network and plugin, transports, init time,
     environment settings, WARN lines, timeouts, the Inspector's bandwidth, info remarks."""
@@ -74,7 +78,7 @@ def nccl_lines(report: Report) -> list[str]:
     if n.get("files"):
         parts = [f"NCCL {n.get('version') or '(version not logged)'}"]
         if n.get("nranks"):
-            parts.append(f"{n['nranks']} ranks" + (f" on {n['nodes']} node(s)" if n.get("nodes") else ""))
+            parts.append(_count(n["nranks"], "rank") + (f" on {_count(n['nodes'], 'node')}" if n.get("nodes") else ""))
         comms = n.get("comms") or []
         if len(comms) > 1:
             parts.append(f"{len(comms)} communicators")
@@ -90,7 +94,7 @@ def nccl_lines(report: Report) -> list[str]:
             parts.append("transports " + ", ".join(f"{k}×{v}" for k, v in sorted(transports.items(), key=lambda kv: -kv[1])))
         if (init := _init(n)):
             parts.append(init)
-        lines.append("NCCL logs (" + f"{len(n.get('files') or [])} file(s)): " + " · ".join(parts))
+        lines.append(f"NCCL logs ({_count(len(n.get('files') or []), 'file')}): " + " · ".join(parts))
         env = n.get("env") or {}
         if env:
             lines.append("  set by environment: " + ", ".join(f"{k}={v}" for k, v in list(env.items())[:8]))

@@ -20,7 +20,9 @@ per rank (what each rank enqueued, started and completed in each of its groups) 
    member behind is a *victim* when it is itself in another stuck collective (follow it), and a
    *culprit* when it is not: no dump (stopped or dead), nothing pending (its host never arrived:
    stuck, spinning, skipped), or queued ops none of which its GPU started (GPU stopped). A rank whose
-   GPU stopped is therefore never accused of ordering or mismatch: it is the end of the chain.
+   GPU stopped is therefore never accused of ordering or mismatch: it is the end of the chain. With
+   start events, a collective nobody is in (a one-rank job, or every member's GPU stuck before it)
+   still names the members whose GPU never started their queue.
 5. **Cycles** of ranks each in a collective the other has not joined are order deadlocks (two
    collectives issued in a different order, or one skipped). The other ranks vote: in their own
    queue, which of the two collectives (same group role, same seq) came first. The ranks on the
@@ -273,6 +275,12 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
         if h in ranks and ranks[h].inside:
             continue  # it is in a collective itself: a victim (or part of an order deadlock, below)
         culprits[h] = _terminal(h, _first_missed(ss, ranks, groups), ranks.get(h), groups)
+    for s in stuck.values():  # nobody in it: a member whose GPU never started its queue stopped by itself
+        if not s.waiting:
+            for h in sorted(s.behind):
+                st_h = ranks.get(h)
+                if h not in culprits and st_h is not None and st_h.pending and not st_h.inside:
+                    culprits[h] = _terminal(h, s, st_h, groups)
     for comp in _cycles(edges, set(culprits)):
         for c in _order_deviants(comp, edges, ranks, groups):
             culprits.setdefault(c.rank, c)
@@ -385,7 +393,7 @@ def _terminal(h: int, s: Stuck, st: _Rank | None, groups: Mapping[str, Group]) -
                        f"({last}); its host is outside collectives", [])
     head = st.pending[0]
     hg = groups.get(head.pg)
-    n_more = len(st.pending) - 1
+    n_more = len(st.pending) - 1 + sum(v.more_pending for v in st.dump.groups.values())  # beyond MAX_PENDING too
     return Culprit(h, "gpu_stopped", s,
                    f"GPU stopped: its host enqueued {head.op} #{head.seq} on {hg.label() if hg else 'pg ' + head.pg} "
                    f"but its GPU never started it" + (f" ({n_more} more queued behind it)" if n_more else "")

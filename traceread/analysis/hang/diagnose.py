@@ -454,7 +454,13 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
         g = groups[0]
         what = f"{g['op']} #{g['seq']} on pg {g['pg']} ({g.get('role')}" + (
             f", {g['desc']})" if g.get("desc") and g["desc"] != "undefined" else ")")
-        hint = "" if "start events" not in (g.get("note") or "") else (
+        no_start = "start events" in (g.get("note") or "")
+        if len(g["waiting"]) == 1:  # one member: it is the one whose GPU never finished the collective
+            return (f"Rank {g['waiting'][0]} is in {what} and it never completes: its GPU stopped inside or before it"
+                    + (", or the network failed." if (g.get("members") or 1) > 1 else ".")
+                    + (" Flight Recorder recorded no start events, so it cannot tell whether the GPU started it "
+                       "(set TORCH_NCCL_ENABLE_TIMING=1)." if no_start else ""))
+        hint = "" if not no_start else (
             " Flight Recorder recorded no start events, so it cannot tell which of their GPUs never started it "
             "(set TORCH_NCCL_ENABLE_TIMING=1).")
         return (f"Ranks {_ranks(g['waiting'])} are all in {what} and none completes, but no rank is missing from it: "

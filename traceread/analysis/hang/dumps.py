@@ -26,6 +26,7 @@ from traceread.analysis.hang.flight_recorder import (
     GroupView,
     RankDump,
     looks_like_dump,
+    looks_like_snapshot,
     read_dumps,
 )
 from traceread.fmt import rank_runs
@@ -64,7 +65,7 @@ class DumpSet:
             if missing:
                 text += f"; no dump from rank{'s' if len(missing) > 1 else ''} {', '.join(rank_runs(missing))}"
             else:
-                text += f"; all {world} ranks have one"
+                text += f"; all {world} ranks have one" if world > 1 else "; the only rank has one"
         if self.problems:
             text += f"; {len(self.problems)} file{'s' if len(self.problems) > 1 else ''} unreadable"
         return text
@@ -92,7 +93,7 @@ def find_dumps(paths: Sequence[str | Path]) -> list[Path]:
                 continue
             if size > MAX_DUMP_BYTES and not _meant_as_dump(f):
                 continue
-            if looks_like_dump(f) or _meant_as_dump(f):
+            if looks_like_dump(f) or (_meant_as_dump(f) and not looks_like_snapshot(f)):
                 out.setdefault(str(f.resolve()), f)
     return list(out.values())
 

@@ -673,6 +673,16 @@ def read_dumps(paths: list[str]) -> list[RankDump | str]:
     return out
 
 
+def looks_like_snapshot(path: str | Path) -> bool:
+    """Whether the file is a CUDA memory snapshot (a pickled dict that opens with ``segments``), which
+    collectors name like a dump (``memory/rank0.pickle``): it is passed over, not reported as a bad dump."""
+    try:
+        head = read_head(path, 64)
+    except TraceFileError:
+        return False
+    return head[:1] == b"\x80" and b"segments" in head and b"entries" not in head
+
+
 def looks_like_dump(path: str | Path) -> bool:
     """Whether the file's first bytes say Flight Recorder (any name, any folder)."""
     try:

@@ -33,6 +33,9 @@ LIVE_STATES = ("active_allocated", "active_awaiting_free")
 _PY_IN_NAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.*)$")  # torch.profiler's frame names
 _LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages)/|/lib/python3[.\d]*/|^torch/|^<")
 _RANK_RE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+#: C++ frames that name what allocated when no Python frame did (backward runs on autograd's own threads)
+_AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(?P<node>\w+)::apply\(")
+_ATEN_OP = re.compile(r"^at::_ops::(?P<op>\w+)::call\(")
 
 Block = tuple[int, list[dict[str, Any]]]  # size, frames
 
@@ -148,15 +151,34 @@ def _device(dev: int, live_end: dict[int, Block], trace: list[Any]) -> dict[str,
     }
 
 
-def _step_back(live: dict[int, Block], e: dict[str, Any]) -> int:
-    """Undo history entry ``e`` on ``live`` (the state after it -> before it); the change in bytes."""
+def _alloc_frames(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """history index of each ``free_completed`` -> the frames of the ``alloc`` it frees: a block put back
+    while rewinding is attributed to where it was allocated, not to where it was freed (a backward node's
+    ``release_variables``, say)."""
+    last: dict[int, list[dict[str, Any]]] = {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for k, e in enumerate(entries):
+        addr = _int(e.get("addr"))
+        if addr is None:
+            continue
+        act = e.get("action")
+        if act == "alloc":
+            last[addr] = _frames(e)
+        elif act == "free_completed":
+            out[k] = last.pop(addr, [])  # no alloc in the history: allocated before it began
+    return out
+
+
+def _step_back(live: dict[int, Block], e: dict[str, Any], origin: list[dict[str, Any]] | None = None) -> int:
+    """Undo history entry ``e`` on ``live`` (the state after it -> before it); the change in bytes.
+    ``origin``: the frames of the allocation a ``free_completed`` entry frees (else its own frames)."""
     act, addr, size = e.get("action"), _int(e.get("addr")), _int(e.get("size")) or 0
     if addr is None:
         return 0
     if act == "alloc" and addr in live:
         return -live.pop(addr)[0]
     if act == "free_completed" and addr not in live:
-        live[addr] = (size, _frames(e))
+        live[addr] = (size, origin if origin is not None else _frames(e))
         return size
     return 0
 
@@ -176,8 +198,9 @@ def _peak(live_end: dict[int, Block], end_total: int, entries: list[dict[str, An
 
 def _rewind(live_end: dict[int, Block], entries: list[dict[str, Any]], state: int) -> dict[int, Block]:
     live = dict(live_end)
+    origin = _alloc_frames(entries)
     for k in range(len(entries) - 1, state - 1, -1):
-        _step_back(live, entries[k])
+        _step_back(live, entries[k], origin.get(k))
     return live
 
 
@@ -207,7 +230,25 @@ def python_frame(frames: list[Any]) -> tuple[str, str | None]:
         return user, module
     if py:
         return py[0], module
-    return "(no Python frame recorded)", module
+    return _cpp_origin(frames), module
+
+
+def _cpp_origin(frames: list[Any]) -> str:
+    """A block without a Python frame: the autograd node whose backward allocated it (autograd's threads have
+    no Python frames), else the outermost ATen op; a block with no frames at all was live before the
+    history began."""
+    if not frames:  # live before _record_memory_history started: the allocator kept no stack for it
+        return "(allocated before memory history recording began)"
+    op: str | None = None
+    for f in frames:
+        name = str(f.get("name") or "") if isinstance(f, dict) else ""
+        m = _AUTOGRAD_NODE.search(name)
+        if m:
+            return f"backward: {m.group('node')} (autograd thread, no Python frame)"
+        a = _ATEN_OP.match(name)
+        if a:
+            op = a.group("op")  # keep the outermost: frames run innermost first
+    return f"aten::{op} (no Python frame)" if op else "(no Python frame recorded)"
 
 
 def _by_frame(live: dict[int, Block]) -> list[dict[str, Any]]:

@@ -13,49 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from traceread.build.findings.base import MIN_IMPACT_PCT, make_finding
-from traceread.build.findings.window import Window, window_of
-from traceread.fmt import rank_list, ranks_words
+from traceread.build.findings.hang import hang
+from traceread.build.findings.window import window_of
+from traceread.fmt import rank_list
 from traceread.report_schema import Finding, Report
 
 __all__ = ["MIN_IMPACT_PCT", "build_findings", "coverage", "hang"]
-
-
-def _fail_fast_advice(report: Report) -> str:
-    """How to make the next hang fail fast: NCCL's watchdog settings only mean something to NCCL."""
-    backend = str((report.get("source") or {}).get("backend") or "").lower()
-    h = report.get("hang") or {}
-    gloo = "gloo" in backend or (not backend and any("gloo" in str(e).lower() for e in h.get("evidence") or []))
-    if not gloo:
-        return "Set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a shorter timeout in init_process_group so the job fails fast."
-    return ("Pass a shorter timeout to init_process_group (timeout=datetime.timedelta(minutes=5)): gloo then fails "
-            "the stuck collective with an error instead of waiting 30 minutes.")
-
-
-def hang(report: Report, win: Window | None = None) -> list[Finding]:
-    h = report.get("hang")
-    if not h:
-        return []
-    missing, waiting = h.get("missing_ranks") or [], h.get("waiting_ranks") or []
-    where = f"{h.get('op') or 'a collective'} (pg {h.get('pg')}, seq {h.get('seq')})"
-    title = (f"Job hung in {where}: {ranks_words(missing)} never joined"
-             if missing else f"Job hung in {where}")
-    stacks = h.get("stacks") or {}
-    evidence = [c["summary"] for c in (h.get("culprits") or [])[:8]]  # one line per culprit first
-    evidence += list(h.get("evidence") or [])
-    evidence += [f"rank {r}: {loc}" for r, loc in list(stacks.items())[:8]]
-    evidence += list(h.get("mismatches") or [])
-    expl = (f"Ranks {rank_list(waiting)} entered {where} and waited for ranks {rank_list(missing)}, which never "
-            "called it. A collective blocks until every member arrives, so the whole job stops. The missing "
-            "ranks' stacks show what they were doing instead.")
-    sugg = ["Look at the missing ranks' stacks: code that runs a collective on only some ranks "
-            "(rank-conditional logging, checkpointing, uneven data) is the usual cause.",
-            _fail_fast_advice(report)]
-    step = win.mean_step_us if win is not None else 0.0
-    one = Window(1, step, step, None, {}) if step else None
-    f = make_finding("hang", title, step, one, "hang", None, missing[0] if missing else None, expl, evidence, sugg,
-                     collective=h.get("op"))
-    f["impact_pct"] = 100.0 if step else None  # a hung job loses every step from then on
-    return [f]
 
 
 def _nccl_alone(report: Report) -> list[Finding]:
