@@ -166,3 +166,13 @@ def test_relative_changes_are_capped_in_text() -> None:
     assert _pct({"status": "down", "pct": -1200.0}) == ">-999%"
     assert _pct({"status": "up", "pct": 12.34}) == "+12.3%"
     assert _pct({"status": "new", "pct": None}) == "new" and _pct({"status": "gone", "pct": None}) == "gone"
+
+
+def test_answer_when_a_has_no_step_time_to_compare_against() -> None:
+    """A's median step is 0 (negative or zero durations in a damaged trace): the change has no percentage, and the
+    answer says so instead of failing (fuzz case: bench/fuzz_cli.py --replay 6031 --seed 0 --max-events 300)."""
+    from traceread.compare.diff import _answer
+
+    step = {"a": 0.0, "b": 5000.0, "delta": 5000.0, "pct": None, "significant": True, "threshold_us": 0.0,
+            "noise_us": 0.0}
+    assert _answer(step, {}, [], [])[0] == "B is slower by 5.0 ms/step."

@@ -275,3 +275,18 @@ def test_simulator_writes_torchs_format(tmp_path: Path) -> None:
     assert {op.name for op, _arg, _pos in pickletools.genops(sim_bytes)} <= ops | {"BINFLOAT", "APPEND", "LONG_BINPUT",
                                                                                    "LONG_BINGET"}
     assert not {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ"} & ops
+
+
+@pytest.mark.parametrize("world", [10**30, 0, -3])
+def test_an_impossible_world_size_is_not_believed(tmp_path: Path, world: int) -> None:
+    """A world size no job has (from a damaged run folder) would only size the default group's member list: it is
+    ignored, and the culprits are those the dumps show (fuzz case: bench/fuzz_cli.py --replay 2622 --seed 0
+    --max-events 300 once raised OverflowError here)."""
+    from traceread.analysis.hang.attribution import attribute
+    from traceread.analysis.hang.dumps import collect
+
+    truth = simulate_hang(tmp_path, HangKnobs(tp=2, pp=2, dp=2, buffer=200, faults=[(3, 0.4)]))
+    dumps = collect([tmp_path], workers=1).dumps
+    want = sorted(c["rank"] for c in truth["culprits"])
+    assert sorted(c.rank for c in attribute(dumps, world).culprits) == want
+    assert attribute(dumps, world).world == attribute(dumps, None).world == 8

@@ -202,8 +202,8 @@ def _answer(step: dict[str, Any], breakdown: dict[str, dict[str, Any]], appeared
                  + f", under the {ms(step['threshold_us'])} threshold ({100 * STEP_FLOOR:.0f}% of the step; "
                  f"step-to-step noise ±{ms(step['noise_us'])})."]
     else:
-        lines = [f"B is {'slower' if step['delta'] > 0 else 'faster'} by {ms(abs(step['delta']))}/step "
-                 f"({step['pct']:+.1f}%)."]
+        lines = [f"B is {'slower' if step['delta'] > 0 else 'faster'} by {ms(abs(step['delta']))}/step"
+                 + (f" ({step['pct']:+.1f}%)." if step["pct"] is not None else ".")]
     order = {"straggler": 0, "finding": 1, "group": 2}
     if appeared:
         lines.append("New in B: " + "; ".join(x["text"] for x in sorted(appeared, key=lambda x: order[x["kind"]])[:4]) + ".")

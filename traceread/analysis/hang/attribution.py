@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from traceread.analysis.hang.flight_recorder import GroupView, Op, RankDump, parse_ranks
 from traceread.analysis.hang.groups import Group, build_groups, name_order, runs, stride_pattern
+from traceread.read.jsonfile import plausible_rank, plausible_world_size
 
 #: ops whose input sizes must agree on every member (all_to_all splits, gather/scatter roots legitimately differ)
 SAME_SHAPE_OPS = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "reduce"})
@@ -225,9 +226,11 @@ def _check_mismatch(s: Stuck) -> None:
 
 def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attribution:
     """The whole decision (see the module docstring)."""
+    world = plausible_world_size(world)  # an impossible size is not believed: it would only size rank lists
     if world is None:
         texts = {text for d in dumps.values() for _desc, text in d.pg_config.values()}  # each distinct list once
-        seen = set(dumps) | {r for text in texts for r in parse_ranks(text)}
+        seen = {r for r in set(dumps) | {r for text in texts for r in parse_ranks(text)}
+                if plausible_rank(r) is not None}
         world = max(seen) + 1 if seen else None
     groups, notes = build_groups(dumps, world)
     timing = any(v.timing for d in dumps.values() for v in d.groups.values())

@@ -30,6 +30,7 @@ from traceread.analysis.hang.sources import HangSources, error_message, error_ti
 from traceread.analysis.hang.stack_dumps import collective_call, source_line, stuck_frame
 from traceread.errors import TraceReadError
 from traceread.fmt import rank_runs
+from traceread.read.jsonfile import plausible_rank
 from traceread.report_schema import HangBehind, HangCulprit, HangEntry, HangGroup
 
 __all__ = ["HangDiagnosis", "HangSources", "diagnose", "diagnose_hang", "headline", "normalize_op"]
@@ -90,6 +91,7 @@ def _world(src: HangSources) -> int | None:
         steps = rec.get("last_step_per_rank")
         if isinstance(steps, dict):
             seen |= {int(r) for r in list(steps)[:1 << 16] if str(r).isdigit() and len(str(r)) < 8}
+    seen = {r for r in seen if plausible_rank(r) is not None}
     return max(seen) + 1 if seen else None
 
 
