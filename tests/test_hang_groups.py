@@ -288,5 +288,6 @@ def test_an_impossible_world_size_is_not_believed(tmp_path: Path, world: int) ->
     truth = simulate_hang(tmp_path, HangKnobs(tp=2, pp=2, dp=2, buffer=200, faults=[(3, 0.4)]))
     dumps = collect([tmp_path], workers=1).dumps
     want = sorted(c["rank"] for c in truth["culprits"])
-    assert sorted(c.rank for c in attribute(dumps, world).culprits) == want
-    assert attribute(dumps, world).world == attribute(dumps, None).world == 8
+    told = attribute(dumps, world)
+    assert sorted(c.rank for c in told.culprits) == want
+    assert told.world == attribute(dumps, None).world == 8

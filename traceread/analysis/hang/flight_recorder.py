@@ -477,18 +477,22 @@ def _window(entries: list[Any], want_ids: set[str]) -> tuple[list[int], dict[str
     id_to_name: dict[str, str] = {}
     descs: dict[str, str] = {}
     quiet = 0
-    i = len(entries) - 1
-    while i >= 0:
-        e = entries[i]
-        i -= 1
-        if type(e) is not dict:
-            continue
+
+    def note_group(e: dict[str, Any]) -> None:
         name, desc = _pg_of(e)
         pid = e.get("pg_id")
         if type(pid) is int and name:
             id_to_name.setdefault(str(pid), name)
         if desc and name not in descs:
             descs[name] = desc
+
+    i = len(entries) - 1
+    while i >= 0:
+        e = entries[i]
+        i -= 1
+        if type(e) is not dict:
+            continue
+        note_group(e)
         keep.append(i + 1)
         state = e.get("state")
         done = state == "completed" or (e.get("retired") is True and str(e.get("profiling_name", "")).startswith("gloo"))
@@ -499,12 +503,7 @@ def _window(entries: list[Any], want_ids: set[str]) -> tuple[list[int], dict[str
         e = entries[i]
         i -= 1
         if type(e) is dict:
-            name, desc = _pg_of(e)
-            pid = e.get("pg_id")
-            if type(pid) is int and name:
-                id_to_name.setdefault(str(pid), name)
-            if desc and name not in descs:
-                descs[name] = desc
+            note_group(e)
     keep.reverse()
     return keep, id_to_name, descs
 

@@ -39,10 +39,14 @@ def _by_why(h: dict[str, Any]) -> dict[str, list[int]]:
     return out
 
 
-def _what_happened(h: dict[str, Any], why: dict[str, list[int]], missing: list[int]) -> str:
-    """The title's tail: who stopped the job, in the words of the evidence."""
+def _absent(why: dict[str, list[int]], missing: list[int]) -> list[int]:
+    """Ranks that never called the collective: from the culprits' kinds, else (no Flight Recorder) ``missing``."""
+    return sorted({r for k in ABSENT for r in why.get(k, [])}) if why else missing
+
+
+def _what_happened(stuck: bool, why: dict[str, list[int]], absent: list[int]) -> str:
+    """The title's tail: who stopped the job, in the words of the evidence (``stuck``: a collective is known)."""
     parts = []
-    absent = sorted({r for k in ABSENT for r in why.get(k, [])}) if why else missing
     if absent:
         parts.append(f"{ranks_words(absent)} never joined")
     if why.get("gpu_stopped"):
@@ -52,13 +56,12 @@ def _what_happened(h: dict[str, Any], why: dict[str, list[int]], missing: list[i
         parts.append(f"{ranks_words(why['out_of_order'])} issued collectives in another order")
     if why.get("mismatch"):
         parts.append(f"collective mismatch on {ranks_words(why['mismatch'])}")
-    if not parts and (h.get("groups") or h.get("waiting_ranks")):
+    if not parts and stuck:
         parts.append("no rank is missing from it")
     return "; ".join(parts)
 
 
-def _advice(report: Report, h: dict[str, Any], why: dict[str, list[int]], missing: list[int]) -> list[str]:
-    absent = sorted({r for k in ABSENT for r in why.get(k, [])}) if why else missing
+def _advice(report: Report, why: dict[str, list[int]], absent: list[int]) -> list[str]:
     sugg = []
     if why.get("gpu_stopped"):
         rs = sorted(why["gpu_stopped"])
@@ -93,8 +96,9 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
         return []
     missing, waiting = h.get("missing_ranks") or [], h.get("waiting_ranks") or []
     why = _by_why(dict(h))
+    absent = _absent(why, missing)
     where = f"{h.get('op') or 'a collective'} (pg {h.get('pg')}, seq {h.get('seq')})"
-    tail = _what_happened(dict(h), why, missing)
+    tail = _what_happened(bool(h.get("groups") or waiting), why, absent)
     title = f"Job hung in {where}" + (f": {tail}" if tail else "")
     stacks = h.get("stacks") or {}
     evidence = [c["summary"] for c in (h.get("culprits") or [])[:8]]  # one line per culprit first
@@ -115,6 +119,6 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
     step = win.mean_step_us if win is not None else 0.0
     one = Window(1, step, step, None, {}) if step else None
     f = make_finding("hang", title, step, one, "hang", None, missing[0] if missing else None, expl, evidence,
-                     _advice(report, dict(h), why, missing), collective=h.get("op"))
+                     _advice(report, why, absent), collective=h.get("op"))
     f["impact_pct"] = 100.0 if step else None  # a hung job loses every step from then on
     return [f]
