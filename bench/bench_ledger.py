@@ -25,7 +25,7 @@ from traceread.analysis.hardware import device_for_meta
 from traceread.analysis.ledger import job as job_ledger
 from traceread.analysis.ledger import rank as ledger
 from traceread.analysis.time import steps
-from traceread.build.rank_map import summarise_rank
+from traceread.assemble.rank_map import summarise_rank
 from traceread.engine.jobs import read_rank
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

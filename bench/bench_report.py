@@ -68,7 +68,7 @@ print({"load_s": t1 - t0, "analyses_s": t2 - t1})
 TRACEREAD_CODE = r"""
 import sys, time, json
 from pathlib import Path
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.render import html, json_report
 folder, use_cache, workers = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
 t0 = time.perf_counter()

@@ -34,8 +34,8 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 t_start = time.perf_counter()
-from traceread.build.report import ReportOptions, build_report
-from traceread.build import run_map
+from traceread.assemble.report import ReportOptions, build_report
+from traceread.assemble import run_map
 folder, cache, executor, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if executor == "ray":
     import os, ray
@@ -73,7 +73,7 @@ WARM = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.render import json_report
 doc = build_report([sys.argv[1]], ReportOptions(cache_dir=Path(sys.argv[2])))
 text = json_report.to_json(doc)

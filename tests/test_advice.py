@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from traceread.build import explain
-from traceread.build.findings.layout import tp_across_nodes
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble import explain
+from traceread.assemble.findings.layout import tp_across_nodes
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 
@@ -115,7 +115,7 @@ def test_no_tp_finding_inside_one_node(samples_dir: Path, tmp_path: Path) -> Non
 
 
 def test_role_numbers_from_the_layout() -> None:
-    from traceread.build.findings.layout import role_numbers
+    from traceread.assemble.findings.layout import role_numbers
 
     report = {
         "source": {"devices": ["NVIDIA H100 80GB HBM3"]},

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import traceread
-from traceread.build.queries import step_us
+from traceread.assemble.queries import step_us
 from traceread.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_options_and_errors(tmp_path: Path) -> None:
 
 
 def test_import_traceread_stays_light() -> None:
-    code = ("import sys, traceread; assert 'polars' not in sys.modules and 'traceread.build' not in sys.modules; "
+    code = ("import sys, traceread; assert 'polars' not in sys.modules and 'traceread.assemble' not in sys.modules; "
             "assert callable(traceread.analyze) and 'polars' not in sys.modules; print('ok')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.stdout.strip() == "ok", res.stderr

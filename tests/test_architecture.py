@@ -1,6 +1,6 @@
 """The import contract: folders are the stages, and imports run one way through them.
 
-    read → engine → analysis → build → compare → render / export → commands / api → cli
+    read → engine → analysis → assemble → compare → render / export → commands / api → cli
 
 Below them all sit the leaves (``errors``, ``model``, ``intervals``, ``options``, ``report_schema``,
 ``textsafe``, ``fmt``, ``devices``): vocabulary every stage may use, importing nothing above it. ``collect`` and
@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "traceread"
 
 LEAVES = ("errors", "model", "intervals", "options", "report_schema", "textsafe", "fmt", "devices")
 #: stage -> its rank on the path; a module may import its own stage, a lower one, or a leaf.
-STAGES = {"read": 1, "engine": 2, "analysis": 3, "build": 4, "compare": 5, "render": 6, "export": 6,
+STAGES = {"read": 1, "engine": 2, "analysis": 3, "assemble": 4, "compare": 5, "render": 6, "export": 6,
           "commands": 7, "api": 7, "cli": 8}
 #: beside the path: these import only the leaves, ``read`` and themselves.
 BESIDE = {"collect": ("read",), "simulate": ("read",)}
@@ -122,16 +122,16 @@ def test_the_checker_sees_what_it_must() -> None:
     """The checker itself: deferred imports are found and the rule refuses upward arrows (a blind
     checker would pass vacuously)."""
     assert any(_deferred(ast.parse(p.read_text())) for p in MODULES.values())
-    assert "traceread.analysis.time.breakdown" in imports_of("traceread.build.rank_map")  # deferred there
+    assert "traceread.analysis.time.breakdown" in imports_of("traceread.assemble.rank_map")  # deferred there
     assert not allowed("traceread.read.peek", "traceread.analysis.time.steps")
-    assert not allowed("traceread.analysis.comm.layout", "traceread.build.queries")
-    assert not allowed("traceread.engine.tasks", "traceread.build.rank_map")
+    assert not allowed("traceread.analysis.comm.layout", "traceread.assemble.queries")
+    assert not allowed("traceread.engine.tasks", "traceread.assemble.rank_map")
     assert not allowed("traceread.fmt", "traceread.analysis.comm.layout")
     assert not allowed("traceread.collect.launcher", "traceread.render.terminal")
-    assert allowed("traceread.render.html", "traceread.build.queries")
-    assert allowed("traceread.build.report", "traceread.engine.executors")
+    assert allowed("traceread.render.html", "traceread.assemble.queries")
+    assert allowed("traceread.assemble.report", "traceread.engine.executors")
 
 
 def test_report_driver_stays_small() -> None:
     """The driver is orchestration only (the 800-line version held everything)."""
-    assert len((PKG / "build" / "report.py").read_text().splitlines()) <= 250
+    assert len((PKG / "assemble" / "report.py").read_text().splitlines()) <= 250

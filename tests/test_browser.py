@@ -19,7 +19,7 @@ import needs
 import pytest
 from report_fixture import EVIL, full_report
 
-from traceread.build.findings import assemble as findings
+from traceread.assemble.findings import assemble as findings
 from traceread.render import html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_browser_without_decompression_stream_gets_tables_and_one_line(tmp_path:
 @pytest.mark.parametrize("sample", ["ddp_straggler_h100", "tp_dp_h100"])
 def test_real_step_timeline_renders(sample: str, tmp_path: Path) -> None:
     """The real step timeline of a sample: both steps, every rank's streams, the critical path."""
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / sample
     doc = build_report([folder], ReportOptions(workers=1))
@@ -132,7 +132,7 @@ def test_screenshot(tmp_path: Path) -> None:
 def update_docs_screenshot(tmp_path: Path) -> Path:
     """docs/img/report.png: the report of the demo sample, exactly as the README's console shows it
     (a tool, not a test: ``python tests/test_browser.py --update-screenshot``)."""
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     os.chdir(REPO)
     doc = build_report(["sample_traces/ddp_straggler_h100"], ReportOptions(workers=2, use_cache=False))
@@ -147,7 +147,7 @@ def update_docs_screenshot(tmp_path: Path) -> Path:
 
 
 def test_real_pipeline_sample_renders(tmp_path: Path) -> None:
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     folder = REPO / "sample_traces" / "pp_1f1b_h100"
     doc = build_report([folder], ReportOptions(workers=1, use_cache=False))
@@ -260,7 +260,7 @@ def test_every_sample_page_reads_well(sample: str, tmp_path: Path) -> None:
     annotations, plot), no section without data, sections in the order of the findings they
     support (ledger first, warnings last), a finding's chart inside it, numbers on one line.
     Screenshots go to $TRACEREAD_SCREENSHOTS when set."""
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     doc = build_report([REPO / "sample_traces" / sample], ReportOptions(workers=1))
     page = tmp_path / f"{sample}.html"

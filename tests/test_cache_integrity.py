@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from traceread.build.report import build_report
+from traceread.assemble.report import build_report
 from traceread.engine import caches
 from traceread.engine.jobs import read_rank
 from traceread.options import ReportOptions

@@ -236,7 +236,7 @@ def test_units_scale_and_names_keep_their_core() -> None:
 def test_long_names_shortened_in_terminal_and_html_full_in_json(tmp_path: Path) -> None:
     from report_fixture import full_report
 
-    from traceread.build.findings import assemble
+    from traceread.assemble.findings import assemble
     from traceread.render import html, json_report, terminal
 
     doc = full_report()
@@ -268,7 +268,7 @@ def test_hang_in_words_and_no_nccl_advice_for_gloo() -> None:
 def test_nccl_jobs_keep_the_nccl_advice() -> None:
     from report_fixture import full_report
 
-    from traceread.build.findings import assemble
+    from traceread.assemble.findings import assemble
 
     doc = full_report()  # backend nccl, with a hang
     hang = next(f for f in assemble.build_findings(doc) if f["id"] == "hang")
@@ -282,7 +282,7 @@ def test_terminal_fits_80_columns_and_folds_wide_tables() -> None:
 
     from report_fixture import full_report
 
-    from traceread.build.findings import assemble
+    from traceread.assemble.findings import assemble
     from traceread.render import terminal
 
     doc = full_report()

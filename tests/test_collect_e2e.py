@@ -108,7 +108,7 @@ def test_straggler_rank_waits_show_in_traces(tmp_path: Path) -> None:
     # = that gap / 1 late rank ≈ the injected 150 ms; time.sleep never returns early, the margin covers
     # scheduling noise on a loaded CI box. Gloo picks any of its worker threads per collective, so this
     # also checks that matching does not depend on which thread ran what (it did, and failed ~1 run in 2).
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     rep = build_report([root], ReportOptions(use_cache=False))
     top = rep["stragglers"][0] if rep["stragglers"] else None
@@ -169,7 +169,7 @@ def test_a_job_that_ends_inside_the_window_keeps_its_steps(tmp_path: Path) -> No
     """--wait 1 --warmup 1 --active 10 on a 6-step job: the profiler records from optimizer step 4,
     so profiler steps 2-4 are complete when the job ends; they are kept (marked partial), step 5 —
     cut short by the exit — is renamed so no reader takes it for a step, and the report says so."""
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.report import ReportOptions, build_report
 
     run = tmp_path / "run"
     res = collect(run, ["--steps", "6"], ["--active", "10"])

@@ -324,7 +324,7 @@ def test_pg_ranks_compacted_in_the_summary_and_read_back() -> None:
 def test_summary_size_does_not_grow_with_the_world(tmp_path) -> None:
     """A DDP rank's summary at 64 ranks is the size of the same rank's at 8 ranks, to a few bytes (the
     member lists written out would add ~4 bytes per member per collective row: +195 bytes here)."""
-    from traceread.build.run_map import summarise
+    from traceread.assemble.run_map import summarise
     from traceread.engine.tasks import RankTask
     from traceread.simulate import simulate
 

@@ -12,7 +12,7 @@ import test_collect_e2e  # (same launcher helper: torchrun on a free port)
 from click.testing import CliRunner
 from test_collect_e2e import collect
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.cli import cli
 
 needs.module("torch")

@@ -12,7 +12,7 @@ from statistics import mean, median
 import pytest
 from click.testing import CliRunner
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.commands.diff import diff
 from traceread.compare.diff import diff_reports
 from traceread.render.diff_view import render_diff

@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 from engine_docs import differences
 
-from traceread.build import run_map
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble import run_map
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.engine import caches
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,8 +75,8 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
     probe = ("import sys, runpy; sys.argv = {argv!r}\n"
              "try:\n    runpy.run_module('traceread.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'numpy', 'pyarrow') "
-             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.build.rank_map', "
-             "'traceread.build.run_map')))\n"
+             "or m.startswith(('traceread.analysis', 'traceread.engine.executors', 'traceread.assemble.rank_map', "
+             "'traceread.assemble.run_map')))\n"
              "print(heavy)").format(argv=["traceread", *cmd[3:]])
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -86,8 +86,8 @@ def test_warm_render_imports_no_analysis(run: Path, tmp_path: Path, fmt: str) ->
 
 def test_summary_format_is_generic_over_fields(run: Path) -> None:
     """A field added to RankSummary travels without touching the cache code (frames, dicts, meta)."""
-    from traceread.build.rank_map import RankSummary
-    from traceread.build.run_map import summarise
+    from traceread.assemble.rank_map import RankSummary
+    from traceread.assemble.run_map import summarise
     from traceread.engine.tasks import RankTask
 
     s, data = summarise(RankTask(sorted(run.glob("rank*.pt.trace.json.gz"))[0], detail=True, use_cache=False))

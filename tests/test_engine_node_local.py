@@ -19,7 +19,7 @@ import needs
 import pytest
 from engine_docs import differences
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 ray = needs.module("ray")
@@ -115,7 +115,7 @@ def test_each_task_runs_on_the_node_that_holds_its_file(job: Path, cluster: obje
 
 
 def test_a_file_changed_after_listing_is_one_line(job: Path, cluster: object, tmp_path: Path) -> None:
-    from traceread.build import run_map
+    from traceread.assemble import run_map
     from traceread.engine.node_local import find_on_nodes
     from traceread.errors import TraceFileError
 

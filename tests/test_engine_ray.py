@@ -18,7 +18,7 @@ import needs
 import pytest
 from engine_docs import differences
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.simulate import simulate
 
 ray = needs.module("ray")
@@ -118,7 +118,7 @@ def test_max_rank_bytes_travels_with_the_task(jobs: dict[str, Path], ray_head: o
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``--max-rank-bytes`` set on the driver after Ray started (so no worker inherited it) still
     bounds every Ray task: the limit is part of the task, not of the environment."""
-    from traceread.build import run_map
+    from traceread.assemble import run_map
     from traceread.errors import TraceFileError
     from traceread.read.inflate import MAX_RANK_BYTES_ENV
 

@@ -14,7 +14,7 @@ import needs
 import pytest
 from engine_docs import differences
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 needs.module("s3fs")
 moto_server = needs.module("moto.server")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.cli import cli
 from traceread.export import ExportOptions, export_trace
 from traceread.export.marks import FINDINGS_PID

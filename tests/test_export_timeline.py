@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from traceread.analysis.time.step_timeline import IDLE_STREAM, MAX_ROWS_PER_STEP, MIDDLE_STEPS, category, pg_roles
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 REPO = Path(__file__).resolve().parents[1]
 

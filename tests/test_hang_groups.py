@@ -234,7 +234,7 @@ def test_report_renderers_show_one_line_per_culprit_first() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from report_fixture import full_report
 
-    from traceread.build.findings import assemble
+    from traceread.assemble.findings import assemble
     from traceread.render import html, terminal
 
     doc = full_report()

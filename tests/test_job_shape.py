@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from traceread.analysis.comm.layout import UNNAMED_PG
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.read.warmup import judge
 from traceread.simulate import simulate
 

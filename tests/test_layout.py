@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from traceread.analysis.comm import layout
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.simulate import simulate
 from traceread.simulate.scenarios import SCENARIOS
 
@@ -91,8 +91,8 @@ def test_layout_of_recorded_gloo_ddp_jobs(name: str, samples_dir: Path, tmp_path
 def test_generic_descriptions_fall_back_to_the_collectives(samples_dir: Path) -> None:
     """tp_dp_h100 with every description replaced by torch's generic "undefined": the roles come
     from what each group runs (per-layer all-reduces over the whole compute vs backward only)."""
-    from traceread.build import job_reduce as crossrank
-    from traceread.build.rank_map import slim_meta, summarise_rank
+    from traceread.assemble import job_reduce as crossrank
+    from traceread.assemble.rank_map import slim_meta, summarise_rank
     from traceread.engine.jobs import read_rank
     from traceread.read.discover import find
     from traceread.read.ranks import identify

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 pytestmark = pytest.mark.shared
 

@@ -107,8 +107,8 @@ def test_job_ledger_follows_the_late_peer() -> None:
 def _check_report(folder: Path) -> dict[str, Any]:
     """Every sample has a window ledger (CPU-only ranks: the host's): the parts of each step and of the
     window sum to them exactly, the header's step is the window's, and findings are shares of it."""
-    from traceread.build.queries import step_figure
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.queries import step_figure
+    from traceread.assemble.report import ReportOptions, build_report
 
     report = build_report([folder], ReportOptions(use_cache=False, workers=1))
     led = report["ledger"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import needs
 import pytest
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_buckets_train.py"
 

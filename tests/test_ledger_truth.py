@@ -78,8 +78,8 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def _ours(folder: Path) -> dict[str, Any]:
     """The report (layout, job ledger, findings) and every rank's final and local segments."""
     from traceread.analysis.comm import clocks, collectives, layout
-    from traceread.build.rank_map import summarise_rank
-    from traceread.build.report import ReportOptions, build_report
+    from traceread.assemble.rank_map import summarise_rank
+    from traceread.assemble.report import ReportOptions, build_report
     from traceread.engine.jobs import read_rank
     from traceread.read.ranks import identify
 
@@ -90,7 +90,7 @@ def _ours(folder: Path) -> dict[str, Any]:
         identify(rt, single=False)
         summaries.append(summarise_rank(rt))
     roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
-    # as the report does (build.job_reduce): traffic naming no group is the layout's unnamed row
+    # as the report does (assemble.job_reduce): traffic naming no group is the layout's unnamed row
     role_of = (lambda pg: roles.get(layout.group_key(pg, roles), "other")) if roles else None
     extracts = [s.comm for s in summaries if s.comm.height]
     matched = collectives.match_collectives(extracts) if extracts else None

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 SMALL = {"layers": 4, "hidden": 2048, "heads": 16, "seq_len": 1024}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -83,7 +83,7 @@ def _by_id(report: dict[str, Any], fid: str) -> list[dict[str, Any]]:
 
 
 def test_window_and_header_agree_with_truth(case: dict[str, Any]) -> None:
-    from traceread.build.queries import step_figure
+    from traceread.assemble.queries import step_figure
     from traceread.render.terminal import headline
 
     w, t = case["report"]["ledger"]["window"], case["truth"]["ledger_window"]

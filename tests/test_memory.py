@@ -19,7 +19,7 @@ import pytest
 
 from traceread.analysis.memory import estimate
 from traceread.analysis.memory.snapshot import read_snapshot
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.errors import TraceFileError
 from traceread.read.parse import parse_file
 from traceread.render import html, json_report, terminal

@@ -18,7 +18,7 @@ from test_browser import check_page
 from test_collect_e2e import free_port
 
 from traceread.analysis.memory.snapshot import read_snapshot
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.render import html, terminal
 from traceread.simulate import simulate
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 

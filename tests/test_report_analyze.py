@@ -12,7 +12,7 @@ from statistics import median
 import pytest
 from click.testing import CliRunner
 
-from traceread.build.report import NothingUsableError, ReportOptions, build_report
+from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
 from traceread.commands import report as report_cmd
 from traceread.render import html, json_report
 
@@ -156,7 +156,7 @@ def test_straggler_finding_ranks_by_impact_not_blame(straggler_sample: tuple[dic
     """A rank the others waited on for a long time (blame) but whose lateness costs the step little
     (impact) ranks below a problem that costs more: the finding is the window ledger's share and
     saving, whatever the straggler analysis' blame says."""
-    from traceread.build.findings.assemble import build_findings
+    from traceread.assemble.findings.assemble import build_findings
 
     doc, _ = straggler_sample
     doc = json.loads(json.dumps(doc))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from traceread.build.rank_map import RankSummary
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.rank_map import RankSummary
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.engine import caches
 from traceread.engine.caches import DOCUMENT_FOLDER, SUMMARY_FOLDER, load_summary
 from traceread.render import json_report

@@ -16,8 +16,8 @@ import pytest
 from report_fixture import EVIL, N_STEPS, full_report, with_ledger
 
 from traceread import report_schema as rs
-from traceread.build import explain
-from traceread.build.findings import assemble as findings
+from traceread.assemble import explain
+from traceread.assemble.findings import assemble as findings
 from traceread.render import charts, html, json_report, terminal
 
 

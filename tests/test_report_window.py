@@ -10,8 +10,8 @@ from statistics import fmean
 
 import pytest
 
-from traceread.build.queries import host_bound_per_step, per_step, step_us
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.queries import host_bound_per_step, per_step, step_us
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.render import json_report
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"

@@ -18,7 +18,7 @@ from traceread.analysis.comm.clocks import estimate_offsets
 from traceread.analysis.comm.collectives import comm_events, match_collectives
 from traceread.analysis.comm.stragglers import attribute
 from traceread.analysis.time.steps import device_steps
-from traceread.build.report import ReportOptions, build_report
+from traceread.assemble.report import ReportOptions, build_report
 from traceread.engine.jobs import read_traces
 from traceread.simulate import simulate
 

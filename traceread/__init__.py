@@ -3,7 +3,7 @@
 The folders are the stages, and imports run one way through them (``docs/architecture.md``;
 ``tests/test_architecture.py`` enforces it):
 
-    read → engine → analysis → build → compare → render / export → commands → cli
+    read → engine → analysis → assemble → compare → render / export → commands → cli
 
 ``collect`` (wraps the training job) and ``simulate`` (jobs with exact truth) stand beside that
 path. Nothing on the read/analyse side imports torch.

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceread.build.report import NothingUsableError, ReportOptions
+from traceread.assemble.report import NothingUsableError, ReportOptions
 from traceread.errors import TraceReadError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class Report:
     @property
     def step_us(self) -> float | None:
         """The job's step time: median over ranks of each rank's mean step (µs)."""
-        from traceread.build.queries import median_step_us
+        from traceread.assemble.queries import median_step_us
 
         return median_step_us(self.document)  # type: ignore[arg-type]
 
@@ -218,7 +218,7 @@ def analyze(paths: PathLike | Sequence[PathLike], *, max_rank_bytes: int | str |
     reader's size guard. Raises :class:`NothingUsableError` (a :class:`TraceReadError`) when no
     trace could be analysed, and :class:`TraceReadError` for inconsistent input.
     """
-    from traceread.build.report import build_report
+    from traceread.assemble.report import build_report
 
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:

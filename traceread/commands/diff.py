@@ -62,7 +62,7 @@ def diff(a: str, b: str | None, fmt: str, output: str | None, top: int, no_cache
 
     import orjson
 
-    from traceread.build.report import NothingUsableError, ReportOptions, build_report
+    from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
     from traceread.read.cycles import CycleChoiceError
     from traceread.render.json_report import _jsonable
 

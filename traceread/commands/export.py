@@ -65,7 +65,7 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
     resolve_format("export", None, output, {".json": "json", ".json.gz": "json.gz"}, "json")
     check_writable(output)
     u = ui()
-    from traceread.build.report import NothingUsableError, ReportOptions, build_report
+    from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
     from traceread.export import ExportOptions, export_trace
     from traceread.export.selection import parse_ranks, parse_steps
     from traceread.fmt import nbytes

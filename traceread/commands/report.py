@@ -158,7 +158,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     inconsistent traces, e.g. two runs mixed, a path that does not exist, an output that cannot
     be written), 3 no trace file found under PATHS (a collected run that recorded none included).
     """
-    from traceread.build.report import NothingUsableError, ReportOptions, build_report
+    from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
 
     if tokens_per_step is not None and params is None:
         raise click.UsageError("--tokens-per-step needs --params (MFU = 6·N·tokens)")

@@ -1,6 +1,6 @@
 """``traceread report --cycle all``: one report per profiling cycle, and the drift between them.
 
-Above :mod:`traceread.build.report`: it runs the same analysis once per cycle the reader
+Above :mod:`traceread.assemble.report`: it runs the same analysis once per cycle the reader
 found (:mod:`traceread.read.cycles`) and hands the documents to :func:`traceread.compare.drift.drift`.
 """
 
@@ -21,7 +21,7 @@ def build_all_cycles(paths: Sequence[str | Path], options: ReportOptions) -> Rep
     ``source.cycles`` and ``drift`` added. A single cycle gives a report without ``drift``."""
     from dataclasses import replace
 
-    from traceread.build.report import build_report
+    from traceread.assemble.report import build_report
     from traceread.compare.drift import drift
     from traceread.read import cycles as cyc
     from traceread.read.discover import find

@@ -77,7 +77,7 @@ def _judge(row: dict[str, Any], floor: float, *, rel: float = REL_FLOOR, absolut
 
 
 def _steps(rep: Report) -> int:
-    from traceread.build.queries import total_steps
+    from traceread.assemble.queries import total_steps
 
     return total_steps(rep)
 
@@ -219,7 +219,7 @@ def _answer(step: dict[str, Any], breakdown: dict[str, dict[str, Any]], appeared
 
 def diff_reports(a: Report, b: Report, top: int = 15) -> dict[str, Any]:
     """The comparison document (definitions in the module docstring)."""
-    from traceread.build.queries import med, median_step_us, per_step
+    from traceread.assemble.queries import med, median_step_us, per_step
 
     def med_field(rep: Report, field: str) -> float | None:
         return med(per_step(r, field) for r in rep.get("ranks") or [])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceread.build.queries import host_bound_per_step, med, median_step_us, per_step, total_steps
+from traceread.assemble.queries import host_bound_per_step, med, median_step_us, per_step, total_steps
 from traceread.report_schema import RankEntry, Report
 
 CATEGORIES = ("compute_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us", "host_bound_us")

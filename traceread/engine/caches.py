@@ -19,7 +19,7 @@ Data only, never pickles, so a file in the cache directory can never run code, w
 - parse cache: one folder per trace file, its five tables as parquet + ``meta.json`` (key, rank,
   meta) — see :func:`load_tables` / :func:`store_tables`;
 - summary cache: one msgpack file per rank and variant. :func:`encode_summary` is generic over the
-  fields of :class:`traceread.build.rank_map.RankSummary`: a polars DataFrame field becomes Arrow IPC bytes,
+  fields of :class:`traceread.assemble.rank_map.RankSummary`: a polars DataFrame field becomes Arrow IPC bytes,
   a dataclass field (:class:`RankMeta`) its fields as a map, anything else (dict, list, str, number,
   bool, None) is stored as msgpack. Adding a field to RankSummary needs nothing here. The same bytes
   carry a summary from a worker process or a Ray task back to the driver;
@@ -383,7 +383,7 @@ def store_summary(summary_bytes: bytes, key: dict[str, Any], root: Path) -> bool
 
 
 def encode_summary(summary: Any) -> bytes:
-    """A rank summary (a dataclass such as :class:`traceread.build.rank_map.RankSummary`) as data
+    """A rank summary (a dataclass such as :class:`traceread.assemble.rank_map.RankSummary`) as data
     (see the module docstring): generic over its fields."""
     fields: dict[str, Any] = {}
     for fd in dataclasses.fields(summary):

@@ -3,7 +3,7 @@ processes, Ray).
 
 Executors run a module-level function over work items and hand each result to a callback as soon
 as it is done; they know nothing of what the function computes (the report's map passes its own:
-:mod:`traceread.build.run_map`; ``read_traces`` passes the parser: :mod:`traceread.engine.jobs`).
+:mod:`traceread.assemble.run_map`; ``read_traces`` passes the parser: :mod:`traceread.engine.jobs`).
 A task whose worker fails (crashed process, lost Ray node, out of memory) is retried once; a second
 failure becomes that rank's one-line reason (``rank N missing: file: reason``), like a broken file.
 Local processes use ``spawn``: forking a process that already runs polars' thread pool can deadlock.

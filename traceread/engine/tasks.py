@@ -4,7 +4,7 @@
 needs to find and read one file; :func:`read_one` reads it through the parse cache (local path,
 object URL or a node-local file). :func:`parse_task` is the unit of
 :func:`traceread.engine.jobs.read_traces`: parse one file into the parse cache. The report's own
-per-rank task (read, then summarise) is :mod:`traceread.build.run_map`.
+per-rank task (read, then summarise) is :mod:`traceread.assemble.run_map`.
 """
 
 from __future__ import annotations

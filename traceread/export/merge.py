@@ -3,7 +3,7 @@
 Memory: only one rank's events are decoded at a time; each is encoded and written before the next
 rank is read. What crosses ranks is small: the findings' extracts (communication events, step
 windows) and a few hundred slices per finding. The clock offsets and the findings come from the
-report document (:func:`traceread.build.report.build_report`), so the file shows what the report says.
+report document (:func:`traceread.assemble.report.build_report`), so the file shows what the report says.
 
 File layout: ``{"traceEvents": [rank 0 ..., rank 1 ..., findings ...], "displayTimeUnit": "ms",
 "otherData": {...}}``; ``otherData`` records the clock (method, offsets, uncertainty), the selection

@@ -13,8 +13,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from traceread.build.explain import bus_factor
-from traceread.build.queries import coll_time, n_steps, per_step, step_us
+from traceread.assemble.explain import bus_factor
+from traceread.assemble.queries import coll_time, n_steps, per_step, step_us
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.report_schema import LEDGER_CATEGORIES, RankEntry, Report
 

@@ -27,8 +27,8 @@ import jinja2
 import orjson
 
 from traceread import __version__
-from traceread.build import explain
-from traceread.build.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
+from traceread.assemble import explain
+from traceread.assemble.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
 from traceread.fmt import elide_templates, export_command, ms, nbytes, pct, rank_list, ranks_words, short_name
 from traceread.render import charts, terminal
 from traceread.render.json_report import _jsonable

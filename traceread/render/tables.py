@@ -4,7 +4,7 @@ Each table is a function of the document alone (:data:`TABLES`, name → builder
 the document gets a new entry here and appears in ``--format csv`` and in ``traceread.analyze(...)``
 alike. Columns are the document's own field names (units in the name: ``_us`` microseconds,
 ``_pct`` percent, ``_gbps`` GB/s); per-step values are means over the rank's analysed steps, as in
-every view (:mod:`traceread.build.queries`). Nested values become JSON text in a CSV file.
+every view (:mod:`traceread.assemble.queries`). Nested values become JSON text in a CSV file.
 
 polars is imported inside the functions: a cached report rendered as text or HTML never loads it.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceread.build.queries import host_bound_per_step, per_step, step_us
+from traceread.assemble.queries import host_bound_per_step, per_step, step_us
 from traceread.report_schema import Report
 
 if TYPE_CHECKING:

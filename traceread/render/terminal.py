@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from traceread.build.queries import coll_time, per_step, step_figure, step_us
+from traceread.assemble.queries import coll_time, per_step, step_figure, step_us
 from traceread.fmt import elide_templates, ms, nbytes, pct, rank_list, short_name
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.nccl_summary import nccl_lines

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from traceread.build.rank_map import RankSummary, slim_meta, summarise_rank
+from traceread.assemble.rank_map import RankSummary, slim_meta, summarise_rank
 from traceread.engine import caches, tasks
 from traceread.engine.base import TaskFailed
 from traceread.engine.executors import make_executor, progress

@@ -1,8 +1,8 @@
 """The report's findings: a hang first, then the shares of the window ledger, biggest first.
 
-One engine (:mod:`traceread.build.findings.ledger`) on one window ledger
-(:mod:`traceread.build.findings.window`, read from any document) and one builder
-(:func:`traceread.build.findings.base.make_finding`). A hang is not a share of the window — the job
+One engine (:mod:`traceread.assemble.findings.ledger`) on one window ledger
+(:mod:`traceread.assemble.findings.window`, read from any document) and one builder
+(:func:`traceread.assemble.findings.base.make_finding`). A hang is not a share of the window — the job
 stopped — so it leads, outside the coverage. Shares below :data:`MIN_IMPACT_PCT` of the window are
 dropped (a hang, NCCL diagnoses and slow steps are always kept).
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from traceread.build.findings.base import MIN_IMPACT_PCT, make_finding
-from traceread.build.findings.hang import hang
-from traceread.build.findings.window import window_of
+from traceread.assemble.findings.base import MIN_IMPACT_PCT, make_finding
+from traceread.assemble.findings.hang import hang
+from traceread.assemble.findings.window import window_of
 from traceread.fmt import rank_list
 from traceread.report_schema import Finding, Report
 
@@ -44,7 +44,7 @@ def _kept(f: Finding) -> bool:
 
 def build_findings(report: Report, warn: Callable[[str], None] | None = None) -> list[Finding]:
     """All findings, biggest share of the window first (a hang always first)."""
-    from traceread.build.findings.ledger import ledger_findings
+    from traceread.assemble.findings.ledger import ledger_findings
 
     win = None
     try:
@@ -59,7 +59,7 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     found += ledger_findings(report, win, warn) if win is not None else _nccl_alone(report)
     keep = [f for f in found if _kept(f)]
     keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
-    from traceread.build.findings.memory import memory_findings
+    from traceread.assemble.findings.memory import memory_findings
 
     # Memory findings cost no step time and come after the time findings, except an out-of-memory
     # error: the job died of it, so it comes first after a hang, like a hang.

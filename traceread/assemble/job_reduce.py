@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from traceread.build.rank_map import RankSummary
+from traceread.assemble.rank_map import RankSummary
 from traceread.errors import TraceFileError, guarded
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
 from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
@@ -255,7 +255,7 @@ def formula_mfu(report: Report, opts: ReportOptions, warnings: list[str]) -> Non
         return
     from traceread.analysis.compute import mfu as mfu_mod
     from traceread.analysis.hardware import lookup_device
-    from traceread.build.queries import median_step_duration_us
+    from traceread.assemble.queries import median_step_duration_us
 
     ranks = report.get("ranks") or []
     world = len(ranks) or 1

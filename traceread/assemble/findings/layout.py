@@ -5,7 +5,7 @@
   ledger's tensor-parallel communication transfer on the critical path (``comm_transfer``, role
   ``tp``, every rank's): it is the *cause* of that share, so it replaces the generic
   exposed-TP-communication finding rather than adding to it; the predicted saving
-  (:func:`traceread.build.explain.advice`) is the share times (1 − measured busbw ÷ NVLink peak).
+  (:func:`traceread.assemble.explain.advice`) is the share times (1 − measured busbw ÷ NVLink peak).
 * :func:`fit_to_workload` — a serving or inference job's findings told in its terms (serving advice,
   no training-only advice, a prefill among decodes is not a slow step).
 """
@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from traceread.build import explain
-from traceread.build.findings.base import Budget, make_finding
-from traceread.build.findings.window import Window, window_of
+from traceread.assemble import explain
+from traceread.assemble.findings.base import Budget, make_finding
+from traceread.assemble.findings.window import Window, window_of
 from traceread.report_schema import Finding, Report
 
 
@@ -35,7 +35,7 @@ def _nvlink_gbps(report: Report) -> float | None:
 
 
 def role_numbers(report: Report, role: str | None) -> dict[str, Any]:
-    """The layout's numbers :func:`traceread.build.explain.advice` needs for a share of ``role``:
+    """The layout's numbers :func:`traceread.assemble.explain.advice` needs for a share of ``role``:
     ``nodes`` (most nodes one group of that role spans), ``group_size``, ``gpus_per_node`` (most
     ranks of the job on one node), ``busbw_gbps`` (slowest measured bus bandwidth of those groups'
     collectives) and ``nvlink_gbps`` (the devices' intra-node link peak). Missing ones are left out."""

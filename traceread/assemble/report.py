@@ -1,9 +1,9 @@
 """Traces in, report document out: find the files, run the engine, reduce, findings.
 
-The shape is map → reduce. The map (:func:`traceread.build.run_map.summarise_files`) reads and
-summarises each rank alone (:mod:`traceread.build.rank_map`) on an executor (in-process, local processes,
-Ray) through the parse and summary caches; the reduce (:mod:`traceread.build.job_reduce`) runs on the
-summaries alone; the findings (:mod:`traceread.build.findings.assemble`) read the assembled document.
+The shape is map → reduce. The map (:func:`traceread.assemble.run_map.summarise_files`) reads and
+summarises each rank alone (:mod:`traceread.assemble.rank_map`) on an executor (in-process, local processes,
+Ray) through the parse and summary caches; the reduce (:mod:`traceread.assemble.job_reduce`) runs on the
+summaries alone; the findings (:mod:`traceread.assemble.findings.assemble`) read the assembled document.
 The whole document is cached too (:mod:`traceread.engine.caches`): a second report of an unchanged
 run, in another format or to another path, only renders. This module imports neither polars nor the
 analyses until the document cache misses, so that warm path stays light.
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from traceread.build import run_folder
+from traceread.assemble import run_folder
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
 from traceread.read.jsonfile import load_json_object
@@ -89,9 +89,9 @@ def _on_nodes(paths: Sequence[str | Path], opts: ReportOptions) -> Any:
 def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts: ReportOptions) -> Report:
     """Map, reduce, findings: the document from scratch."""
     from traceread.analysis.comm import nccl as nccl_records
-    from traceread.build import job_reduce as crossrank
-    from traceread.build.rank_map import RankSummary
-    from traceread.build.run_map import summarise_files
+    from traceread.assemble import job_reduce as crossrank
+    from traceread.assemble.rank_map import RankSummary
+    from traceread.assemble.run_map import summarise_files
     from traceread.engine.jobs import explain_failure
     from traceread.errors import guarded
     from traceread.read import cycles
@@ -191,13 +191,13 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
 
     if chosen is not None:
         cycles.annotate(report, chosen, warnings, [s.warm_names for s in summaries])
-    from traceread.build.findings.assemble import build_findings, coverage
-    from traceread.build.findings.layout import fit_to_workload
+    from traceread.assemble.findings.assemble import build_findings, coverage
+    from traceread.assemble.findings.layout import fit_to_workload
 
     report["findings"] = fit_to_workload(build_findings(report, warn=warnings.append), report)
     report["coverage"] = coverage(report["findings"], report)  # type: ignore[typeddict-item]
     if report["source"].get("missing_ranks"):
-        from traceread.build.findings.assemble import missing_note
+        from traceread.assemble.findings.assemble import missing_note
 
         report["source"]["missing_note"] = missing_note(report, unreadable)
     return report

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceread.build.findings.base import make_finding
-from traceread.build.findings.window import Window
+from traceread.assemble.findings.base import make_finding
+from traceread.assemble.findings.window import Window
 from traceread.fmt import rank_list, ranks_words
 from traceread.report_schema import Finding, Report
 

@@ -1,6 +1,6 @@
 """The one way a finding is made: a share of the window ledger, per step and in total.
 
-Every finding (:mod:`traceread.build.findings.ledger` builds them all) is a claim on the window
+Every finding (:mod:`traceread.assemble.findings.ledger` builds them all) is a claim on the window
 ledger's budget (:class:`Budget`): each µs of the window is in at most one finding, so findings never
 add up to more than the window and never count one stall twice. :func:`make_finding` turns a claim
 into the document's ``Finding``: ``impact_us_total`` is the share of the window,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceread.build.findings.window import Key, Window
+from traceread.assemble.findings.window import Key, Window
 from traceread.report_schema import Finding
 
 #: Below this share of the window a problem is not worth a reader's attention (a hang always is).

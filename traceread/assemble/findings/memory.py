@@ -4,7 +4,7 @@ and with ``--params`` the guide's model beside the measurement (which part domin
 
 Memory costs no step time, so these findings carry ``impact_us_per_step`` 0 and ``impact_pct`` null,
 ``category`` "memory", and the bytes at stake in ``memory_bytes``; they come after the time findings.
-Called once from :func:`traceread.build.findings.assemble.build_findings`; reads ``report["memory"]``.
+Called once from :func:`traceread.assemble.findings.assemble.build_findings`; reads ``report["memory"]``.
 """
 
 from __future__ import annotations

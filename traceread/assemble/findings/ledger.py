@@ -1,7 +1,7 @@
 """The findings engine: every finding is a share of the window ledger, each µs in at most one.
 
-The window (:mod:`traceread.build.findings.window`) is the sum of every recorded step's critical-path
-ledger. Findings claim from it (:class:`~traceread.build.findings.base.Budget`) in this order, the
+The window (:mod:`traceread.assemble.findings.window`) is the sum of every recorded step's critical-path
+ledger. Findings claim from it (:class:`~traceread.assemble.findings.base.Budget`) in this order, the
 more specific cause first:
 
 1. **slow steps** — a step clearly slower than the others (the slow-step rule of
@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from traceread.build import explain
-from traceread.build.findings.base import Budget, make_finding
-from traceread.build.findings.window import Key, Window, parts_by_key
-from traceread.build.queries import med, network_loss_us
+from traceread.assemble import explain
+from traceread.assemble.findings.base import Budget, make_finding
+from traceread.assemble.findings.window import Key, Window, parts_by_key
+from traceread.assemble.queries import med, network_loss_us
 from traceread.fmt import ms, rank_list
 from traceread.report_schema import Finding, Report
 
@@ -302,7 +302,7 @@ def _missing(report: Report, win: Window, budget: Budget) -> list[Finding]:
 
 
 def _layout(report: Report, win: Window, budget: Budget) -> list[Finding]:
-    from traceread.build.findings.layout import tp_across_nodes
+    from traceread.assemble.findings.layout import tp_across_nodes
 
     return tp_across_nodes(report, budget, win)
 
@@ -329,7 +329,7 @@ def _nccl(report: Report, win: Window, budget: Budget) -> list[Finding]:
 
 def _sm_efficiency(report: Report, win: Window, budget: Budget) -> list[Finding]:
     from traceread.analysis.kinds import is_comm_kernel_row
-    from traceread.build.queries import total_steps
+    from traceread.assemble.queries import total_steps
 
     kernels = [k for k in report.get("kernels") or []
                if k.get("sm_time_lost_us") and not is_comm_kernel_row(k)]
@@ -363,7 +363,7 @@ def _roofline_memory(report: Report, win: Window, budget: Budget) -> list[Findin
                  key=lambda o: -float(o["time_us"]))[:5]
     if not ops:
         return []
-    from traceread.build.queries import total_steps
+    from traceread.assemble.queries import total_steps
 
     scale = float(r.get("time_scale") or 1.0 / total_steps(report))
     want = sum(float(o["time_us"]) for o in ops) * scale * win.n
@@ -390,7 +390,7 @@ def _numbers(report: Report, role: str | None, share: float, step: float) -> dic
                          "microbatches": p.get("microbatches"),
                          "virtual": 2 if p.get("schedule") == "interleaved" else 1}
     if groups:
-        from traceread.build.findings.layout import role_numbers
+        from traceread.assemble.findings.layout import role_numbers
 
         n.update(role_numbers(report, role))  # nodes, group size, GPUs per node, measured busbw, NVLink peak
     return n
