@@ -97,6 +97,11 @@ def _slow_cause(step: Mapping[str, Any], top: tuple[str, str | None], top_rank: 
                 entry: Mapping[str, Any] | None, cpu: set[int]) -> tuple[tuple[str, str], str]:
     """(group label, what happened) for a slow step whose largest growth is in ``top``."""
     cat, role = top
+    late = str((entry or {}).get("cause") or "")
+    if late.startswith("rank:") and cat not in COMM_CATEGORIES:  # one rank's own time grew (slow_steps.py)
+        names = _host_names(entry)
+        inside = f" (its host was in {names[0]})" if names else ""
+        return ("rank", late[5:]), f"rank {late[5:]} was late{inside} and the others waited for it"
     crit_v = step.get("critical_rank")
     crit = int(crit_v) if crit_v is not None else -1
     if top_rank != crit and cat not in COMM_CATEGORIES:
@@ -199,6 +204,12 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
         }.get(kind, ["Compare the slow step with a typical one in the timeline (traceread export)."])
         cat, role = g["top"]
         sc_all = sp.cause_of(g["taken"])
+        if kind == "rank" and not g["family"]:  # advice for the span that grew on the late rank
+            from traceread.analysis.time.host_spans import family_of
+
+            names = [_host_names(entries.get(s_)) for s_, _, _ in steps]
+            fam = explain.span_advice(family_of(names[0][0], None)) if names and names[0] else None
+            sugg = [fam, *sugg] if fam else sugg
         if g["family"]:
             fam = explain.span_advice(g["family"])
             sugg = [fam] if fam else sugg
@@ -255,14 +266,14 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
                  f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
                  f"{_per(win, saving)} shorter if it were on time")
-        host_said = sp.describe(report, sc, win.n) if cause == "host" and sc is not None \
-            and sc.total_us >= 0.5 * got else None
+        why_late = sp.late_cause(e)  # from its host time beyond the other ranks', per covering span
+        host_said = sp.describe(report, why_late, win.n) if cause == "host" and why_late is not None else None
         if host_said is not None:
             why = f"late because {host_said[0]}" if host_said[1] else f"late, and {host_said[0]}"
             title = (f"Rank {rank} is a straggler (host), {why}; the others wait for it in {where} "
                      f"({_per(win, got)} per step of its own work on the critical path; steps would be about "
                      f"{_per(win, saving)} shorter if it were on time)")
-        ev = sp.evidence(report, sc, win.n) if host_said is not None and sc is not None else []
+        ev = sp.evidence(report, why_late, win.n) if host_said is not None and why_late is not None else []
         if e.get("steps_late") is not None:
             ev.append(f"late in {e['steps_late']} of {win.n} steps, {ms(e.get('delay_us'))} per step typically "
                       f"(above the run's own step-to-step spread, {ms(win.noise_us)})")
@@ -483,10 +494,12 @@ def _category_finding(report: Report, win: Window, category: str, role: str | No
                            "per rank) so they run on the GPU and overlap backward.")
     elif category == "host_bound" and sc is not None and sc.covered:
         per_span, oth = sp.span_numbers(report, sc, win.n)
-        where = f"rank {sc.rank}'s {sp.FAMILY_WORDS.get(sc.family or '', 'span')} ({sc.span})"
-        title = (f"Host time in {where}: {ms(per)} per step"
-                 if cpu else f"GPU idle waiting for the CPU, which was in {where}: {ms(per)} per step")
-        title += f" (the span takes {ms(per_span)} per step there" + (f"; {oth})" if oth else ")")
+        word = sp.FAMILY_WORDS.get(sc.family or "", "span")
+        part = "all of it" if sc.us >= 0.99 * share else f"{ms(sc.us / win.n)} of it"
+        title = (f"Host time outside operators: {ms(per)} per step (rank {sc.rank})" if cpu
+                 else f"GPU idle waiting for the CPU: {ms(per)} per step (rank {sc.rank})")
+        title += (f"; {part} in its {word}, {sc.span} (the span takes {ms(per_span)} per step there"
+                  + (f"; {oth})" if oth else ")"))
         rank = sc.rank if sc.rank is not None else rank
         expl = (f"{ms(sc.us / win.n)} per step of this time was inside {sc.span}, the innermost recorded span "
                 "covering it (docs/ledger.md: which span covers host time)"

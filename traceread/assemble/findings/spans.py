@@ -62,6 +62,33 @@ def cause_of(taken: Mapping[tuple[int, SpanId], float]) -> SpanCause | None:
     return SpanCause(r, sid[0], sid[1], us, total, unc, items)
 
 
+#: Ledger categories whose time is labelled with its covering span (analysis/ledger/rank.py SPAN_CATEGORIES).
+LABELLED = ("host_bound", "idle_other")
+
+
+def late_cause(late: Mapping[str, Any]) -> SpanCause | None:
+    """Why a late rank was late, by span: its host time beyond the other ranks' (``late[].excess`` of
+    the labelled categories) per covering span (``late[].spans``), the rest no span covers. None when
+    that host time is less than half of its excess (the cause is not the host's)."""
+    excess = {str(x["category"]): float(x["us"]) for x in late.get("excess") or []}
+    host = sum(us for c, us in excess.items() if c in LABELLED)
+    if host <= 0 or host < 0.5 * sum(excess.values()):
+        return None
+    rank = int(late["rank"])
+    taken: dict[tuple[int, SpanId], float] = {}
+    for x in late.get("spans") or []:
+        if x.get("category") in LABELLED:
+            sid: SpanId = (x.get("family"), str(x["span"]))
+            taken[(rank, sid)] = taken.get((rank, sid), 0.0) + float(x["us"])
+    covered = sum(taken.values())
+    if covered > host:  # per-span excess is taken span by span: it can exceed the category's
+        scale = host / covered
+        taken = {k: v * scale for k, v in taken.items()}
+    elif host - covered > 0:
+        taken[(rank, None)] = host - covered
+    return cause_of(taken)
+
+
 def span_per_step(report: Report, rank: int, name: str) -> float | None:
     """The span's own time per step on ``rank`` (``ranks[].host_spans``), None when not recorded there."""
     for r in report.get("ranks") or []:
