@@ -44,6 +44,7 @@ import numpy as np
 import polars as pl
 
 from traceread.analysis.ledger.rank import CATEGORIES
+from traceread.fmt import NO_MARKER_STEP
 from traceread.report_schema import Ledger, LedgerPart, RankLedger
 
 RoleOf = Callable[[str | None], str]
@@ -602,6 +603,8 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
                   for (m, role), ns in sorted(blind.items(), key=lambda kv: -kv[1]) if ns > 0],
         "spans": _span_parts(span_total),
     }
+    if n == 1 and k_med == NO_MARKER_STEP:  # no step markers: the one window is the whole trace
+        window["whole_trace"] = True
     job = {"step": int(k_med), "step_us": dur / 1000.0, "critical_rank": int(crit), "parts": _parts(w.acc),
            "waited_on": waited_on, "window": window}
     return job, k_med

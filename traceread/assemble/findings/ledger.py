@@ -43,7 +43,7 @@ from traceread.assemble.findings import spans as sp
 from traceread.assemble.findings.base import Budget, SpanId, make_finding
 from traceread.assemble.findings.window import Key, Window, parts_by_key
 from traceread.assemble.queries import med, network_loss_us
-from traceread.fmt import ms, rank_list
+from traceread.fmt import ms, rank_list, step_name
 from traceread.report_schema import Finding, Report
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
@@ -460,7 +460,7 @@ def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4
         if us > 0:
             vals.append((us, int(r["rank"])))
     vals.sort(reverse=True)
-    return [f"rank {rk}: {ms(us)} of its own step {(report.get('ledger') or {}).get('step')}" for us, rk in vals[:top]]
+    return [f"rank {rk}: {ms(us)} of its own {step_name((report.get('ledger') or {}).get('step'))}" for us, rk in vals[:top]]
 
 
 def _category_finding(report: Report, win: Window, category: str, role: str | None, rank: int, share: float,
