@@ -250,7 +250,8 @@ def _waited_in(report: Report, role: str | None) -> str:
     """"the gradient all-reduce (dp)" — the collective the others spent most time in, of ``role``'s groups."""
     if not role or role == "other":
         return "collectives"
-    groups = {str(g["pg"]): g.get("role") for g in (report.get("layout") or {}).get("groups") or []}
+    lay: Mapping[str, Any] = report.get("layout") or {}
+    groups = {str(g["pg"]): g.get("role") for g in lay.get("groups") or []}
     time: dict[str, float] = defaultdict(float)
     for c in report.get("collectives") or []:
         if groups.get(str(c.get("pg")).split(" ")[0]) == role:
