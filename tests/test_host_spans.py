@@ -25,6 +25,8 @@ from traceread.analysis.time import host_spans as hs
     ("checkpoint.save", "user_annotation", "checkpoint"), ("torch.save", "python_function", "checkpoint"),
     ("Python GC", "python_function", "gc"), ("gc.collect", "python_function", "gc"),
     ("[Strategy]DDPStrategy.training_step", "user_annotation", "framework_step"),
+    ("DistributedDataParallel.forward", "user_annotation", "model_forward"),
+    ("FSDP::pre_forward", "cpu_op", "model_forward"),
     ("gloo:all_reduce", "user_annotation", "communication"), ("c10d::allreduce_", "cpu_op", "communication"),
     ("my_block", "user_annotation", "annotation"), ("dataset.py(12): __getitem__", "python_function", "python"),
     ("aten::mm", "cpu_op", "operator"), ("cudaLaunchKernel", "cuda_runtime", "operator"), ("(operators)", None, "operator"),

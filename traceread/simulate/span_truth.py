@@ -31,6 +31,7 @@ SPAN_FAMILY: dict[str, str] = {
     "cudaStreamSynchronize": "sync", "cudaDeviceSynchronize": "sync",
     "Optimizer.step#AdamW.step": "optimizer",
     "Python GC": "gc",
+    "DistributedDataParallel.forward": "model_forward", "FSDP::pre_forward": "model_forward",
     "c10d::allreduce_": "communication", "record_param_comms": "communication",
 }
 #: Name prefixes with a family (the host-side collectives' spans).

@@ -51,6 +51,8 @@ FAMILIES: tuple[tuple[str, str], ...] = (
                   r"^optimizer\b|clip_grad"),
     ("logging", r"(?i)\blog(ging|_metrics|_dict)?\b|on_log|wandb|tensorboard"),
     ("evaluation", r"(?i)\beval(uat(e|ion))?\b|validation_step|\[_EvaluationLoop\]"),
+    ("model_forward", r"^(DistributedDataParallel|FullyShardedDataParallel|DataParallel)\.forward$|^FSDP::|"
+                      r"^\[pl\]\[module\]|^nn\.Module: "),
     ("framework_step", r"^\[(LightningModule|Strategy|Callback|_TrainingEpochLoop|_AutomaticOptimization)\]|"
                        r"^DeepSpeedEngine|^(Trainer|accelerate)\.|training_step|train_step"),
 )
