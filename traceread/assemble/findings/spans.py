@@ -22,7 +22,8 @@ from traceread.report_schema import Report
 FAMILY_WORDS: dict[str, str] = {
     "data_loading": "data loader", "optimizer": "optimizer step", "sync": "synchronising call",
     "checkpoint": "checkpoint saving", "gc": "garbage collection", "logging": "logging",
-    "evaluation": "evaluation", "framework_step": "framework hook", "model_forward": "model's forward", "annotation": "annotated region",
+    "evaluation": "evaluation", "framework_step": "framework hook", "model_forward": "model's forward",
+    "annotation": "annotated region",
     "python": "Python code", "operator": "operator", "communication": "communication call",
 }
 
