@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp SDK is in the [test] extra")
 
-import anyio  # noqa: E402  (after the skip: anyio comes with mcp)
-from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
-from traceread.commands import agent_tools  # noqa: E402
+from traceread.commands import agent_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "sample_traces" / "ddp_straggler_h100"
@@ -80,7 +80,8 @@ def test_client_lists_and_calls_every_tool(tmp_path: Path) -> None:
 
     listing = got["contents"]
     assert listing["hang_json"] and listing["exit_code"] == 1 and listing["world_size"] == 2
-    assert listing["stacks"] == ["stacks/rank0.txt", "stacks/rank1.txt"] and listing["flight_recorder"] == ["fr/rank0.json", "fr/rank1.json"]
+    assert listing["stacks"] == ["stacks/rank0.txt", "stacks/rank1.txt"]
+    assert listing["flight_recorder"] == ["fr/rank0.json", "fr/rank1.json"]
     assert listing["trace_files"] == 2
     assert got["hang"]["hang"] is True and got["hang"]["culprits"][0]["rank"] == 1
 

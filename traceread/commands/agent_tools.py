@@ -2,7 +2,7 @@
 
 The MCP server (:mod:`traceread.commands.mcp`) registers each of these as a tool; they are plain
 functions so the same answers can be tested without a protocol in between. They run the same
-driver, engine and caches as the CLI (:func:`traceread.api.analyze`), so an agent's report is a
+driver, engine and caches as the CLI (``build_report``), so an agent's report is a
 cache hit for the user's ``traceread report`` and the other way round.
 
 Why bounded: an agent reads the reply into its context window. A report document is 100 kB–10 MB;
@@ -99,23 +99,29 @@ FINDING_FIELDS = ("id", "title", "impact_us_per_step", "impact_pct", "impact_us_
 def report(paths: Sequence[str] | str, max_bytes: int = MAX_REPLY_BYTES, **options: Any) -> dict[str, Any]:
     """Where the time goes: the answer, what to change, every finding with its evidence, the step
     ledger and the parallel layout (``traceread report``)."""
-    from traceread.api import analyze
+    from dataclasses import replace
+
+    from traceread.assemble.queries import median_step_us
+    from traceread.assemble.report import ReportOptions, build_report
+    from traceread.render.tables import table
+    from traceread.render.terminal import answer, headline
 
     unknown = sorted(set(options) - set(REPORT_OPTIONS))
     if unknown:
         raise TraceReadError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(REPORT_OPTIONS)}")
-    rep = analyze(_check_paths(paths), **{k: v for k, v in options.items() if v is not None})
-    doc = rep.document
+    opts = replace(ReportOptions(), **{k: v for k, v in options.items() if v is not None})
+    doc = build_report(_check_paths(paths), opts)
+    ans, change = answer(doc)
     reply: dict[str, Any] = {
-        "headline": rep.headline,
-        "answer": rep.answer,
-        "change": rep.change,
-        "step_us": rep.step_us,
+        "headline": headline(doc),
+        "answer": ans,
+        "change": change,
+        "step_us": median_step_us(doc),
         "findings": [{k: f.get(k) for k in FINDING_FIELDS} for f in doc.get("findings") or []],
         "coverage": doc.get("coverage"),
-        "ledger": _rows(rep.ledger),
-        "layout": _rows(rep.layout),
-        "warnings": rep.warnings,
+        "ledger": _rows(table(doc, "ledger")),
+        "layout": _rows(table(doc, "layout")),
+        "warnings": list(doc.get("warnings") or []),
         "schema": doc.get("schema"),
     }
     return bounded("report", reply, doc, max_bytes, [("warnings", 10), ("ledger", 40), ("layout", 40), ("findings", 10)])
