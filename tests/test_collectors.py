@@ -146,7 +146,7 @@ def test_ray_job_launcher_on_a_local_ray_cluster(tmp_path: Path) -> None:
     ray_cli = str(Path(sys.executable).parent / "ray")
     env = _env(tmp_path, RAY_USAGE_STATS_ENABLED="0")
     port = str(_free_port())
-    for attempt in range(3):  # Ray gives its raylet a fixed time to register: a busy box may need another go
+    for _attempt in range(3):  # Ray gives its raylet a fixed time to register: a busy box may need another go
         start = subprocess.run([ray_cli, "start", "--head", "--port", port, "--num-cpus", "4", "--include-dashboard=false",
                                 "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
         if start.returncode == 0:
