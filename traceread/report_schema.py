@@ -154,6 +154,7 @@ class HangGroup(TypedDict, total=False):
     first: bool  # the group's first collective not completed by every member
     mismatch: list[str]
     note: str | None  # e.g. "every member is in it and none completes"
+    done: list[int]  # members that completed it already (issue 37, additive): past it, never "in it"
 
 
 class HangCulprit(TypedDict, total=False):

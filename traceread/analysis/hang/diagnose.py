@@ -101,7 +101,11 @@ def _world(src: HangSources) -> int | None:
 def _group_json(s: Stuck) -> HangGroup:
     g = s.group
     note = None
-    if not s.behind and s.waiting and not s.mismatch:
+    if s.done and (s.waiting or s.behind):
+        past = sorted(s.done)
+        note = (f"{_plural(past, 'rank', 'ranks')} completed it and went past it: it completed, so the members "
+                "whose record never shows it complete are not waiting for anyone (their GPU stopped)")
+    elif not s.behind and s.waiting and not s.mismatch:
         note = "every member is in it and none completes"
         if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
             note += ("; Flight Recorder recorded no start events, so it cannot tell which GPU never started it "
@@ -115,7 +119,7 @@ def _group_json(s: Stuck) -> HangGroup:
         pg=g.pg, desc=g.desc, role=g.role, role_from=g.role_why, op=s.ref.op if s.ref else "unknown", seq=s.seq,
         sizes=s.ref.sizes if s.ref else "", dtype=s.ref.dtypes if s.ref else "", members=len(g.members),
         waiting=list(s.waiting), behind=behind, culprits=list(s.causes), enqueued_at=s.ref.where if s.ref else None,
-        first=s.first, mismatch=list(s.mismatch), note=note)
+        first=s.first, mismatch=list(s.mismatch), note=note, done=sorted(s.done))
 
 
 def _culprit_line(c: Culprit) -> str:
@@ -451,7 +455,8 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
     if culprits:
         lines = culprit_lines(culprits)
         return " ".join(lines[:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
-    groups = [g for g in entry.get("groups") or [] if g.get("note")] or entry.get("groups") or []
+    stuck_in = [g for g in entry.get("groups") or [] if g.get("waiting")]
+    groups = [g for g in stuck_in if str(g.get("note") or "").startswith("every member")] or stuck_in
     if groups:
         g = groups[0]
         what = f"{g['op']} #{g['seq']} on pg {g['pg']} ({g.get('role')}" + (
