@@ -314,6 +314,7 @@ class Finding(TypedDict, total=False):
     predicted_saving_us: float  # what-if saving per step of the suggested change, never above the impact
     impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
     steps: list[int]  # slow_steps: the steps it covers
+    recovered: bool  # failure: the failed attempt was restarted and a later one ran to the end (issue 37)
 
 
 class LayoutGroup(TypedDict):

@@ -128,6 +128,9 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None, worker
     except TraceReadError as exc:
         fail(str(exc))
     failure = _failure(run_dir)
+    if failure is not None and diag is not None and not failure.get("first"):
+        diag.entry["failure"] = failure  # type: ignore[typeddict-item]  # every error echoes the hang: it leads
+        failure = None
     if failure is not None:  # the job died: why leads, the hang evidence (if any) follows
         lead = "\n".join(clean(x) for x in failure.get("lines") or [])
         if diag is None:

@@ -88,7 +88,8 @@ def answer(report: Report) -> tuple[str, str | None]:
     if f["id"] == "hang":
         text = f"{title} [the job stopped there: every later step is lost]"
     elif f["id"] == "failure":
-        text = f"{title} [the job died: every later step is lost]"
+        text = f"{title} [" + ("a later attempt ran to the end; the window below is its own]" if f.get("recovered")
+                               else "the job died: every later step is lost]")
     elif f.get("category") == "memory":  # memory findings cost no step time: they say what they hold
         text = f"{title} [memory{', rank ' + str(f['rank']) if f.get('rank') is not None else ''}]"
     elif not f.get("impact_us_per_step"):
@@ -167,7 +168,8 @@ def findings_section(report: Report, v: View) -> None:
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + elide_templates(str(s)), style="green")
         if f["id"] in ("hang", "failure"):
-            lost, share = "job stopped" if f["id"] == "hang" else "job died", "all"
+            lost, share = ("job stopped" if f["id"] == "hang" else "restarted" if f.get("recovered")
+                           else "job died"), "all"
         elif f.get("category") == "memory":  # no step time: the bytes at stake instead
             lost, share = "memory", nbytes(f.get("memory_bytes"))
         elif not f.get("impact_us_per_step"):

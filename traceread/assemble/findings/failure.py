@@ -34,7 +34,18 @@ def failure(report: Report, win: Window | None = None) -> list[Finding]:
         return []
     first = fail.get("first") if isinstance(fail.get("first"), dict) else None
     echoes = [e for e in fail.get("consequences") or [] if isinstance(e, dict)]
-    if first is not None:
+    if first is None and report.get("hang"):
+        return []  # every error is an echo of the hang: the hang finding names its culprits
+    attempts = [a for a in fail.get("attempts") or [] if isinstance(a, dict)]
+    here = next((a for a in attempts if a.get("attempt") == fail.get("attempt")), None)
+    recovered = bool(attempts) and here is not attempts[-1] and not attempts[-1].get("failed")
+    if first is not None and recovered and here is not None:
+        lost = ", ".join(x for x in (f"{here['steps_lost']} step(s)" if here.get("steps_lost") is not None else "",
+                                     f"{here['time_lost_s']:.1f} s" if here.get("time_lost_s") is not None else "")
+                         if x)
+        title = (_title(first).replace("Job died: rank", f"Attempt {here.get('attempt')} died and torchrun restarted "
+                                       "the job: rank", 1) + (f" ({lost} lost)" if lost else ""))
+    elif first is not None:
         title = _title(first)
     elif echoes:
         title = (f"Job died, and every error is an echo: rank {echoes[0].get('rank')} reported first "
@@ -70,4 +81,6 @@ def failure(report: Report, win: Window | None = None) -> list[Finding]:
     f = make_finding("failure", title, step, one, "failure", None, rank if isinstance(rank, int) else None, expl,
                      evidence, sugg)
     f["impact_pct"] = 100.0 if step else None  # a dead job loses every step from then on
+    if recovered:
+        f["recovered"] = True  # a later attempt ran to the end: the window below is that attempt's
     return [f]
