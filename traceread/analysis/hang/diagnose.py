@@ -318,7 +318,7 @@ def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis |
 
     ``run_dir``: a run folder, any folder holding dumps (flat or nested), or one dump file.
     """
-    src = load_sources(run_dir, workers)
+    src = load_sources(_latest_attempt(Path(run_dir)), workers)
     world = _world(src)
     attribution = None
     fr = _from_fr(src, world) if src.fr else None
@@ -363,6 +363,20 @@ def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis |
         entry["evidence"].append(f"… and {len(src.problems) - MAX_LISTED} more unreadable files")
     return HangDiagnosis(entry=entry, headline=headline(entry, calls, inferred=inferred), sources=src,
                          attribution=attribution)
+
+
+def _latest_attempt(run_dir: Path) -> Path:
+    """The folder of the latest torchrun attempt that left hang evidence (``RUN/attempts/attempt{K}``: its
+    dumps, stacks or errors), else ``run_dir`` itself (attempt 0, or no restart)."""
+    from traceread.analysis.hang.failure import attempt_folders
+
+    if not run_dir.is_dir() or not (run_dir / "attempts").is_dir():
+        return run_dir
+    for _k, folder in reversed(attempt_folders(run_dir)[1:]):
+        if any(any(f.stat().st_size for f in (folder / sub).glob("*") if f.is_file())
+               for sub in ("fr", "stacks", "errors") if (folder / sub).is_dir()):
+            return folder
+    return run_dir
 
 
 def diagnose_hang(run_dir: Path, workers: int | None = None) -> HangEntry | None:
