@@ -27,6 +27,23 @@ def _title(first: dict[str, Any]) -> str:
     return f"Job died: rank {first.get('rank')} failed first: {what}{where}{step}"
 
 
+def _one_story(report: Report, first: dict[str, Any] | None) -> list[str]:
+    """What the other evidence says about the same end: the hang diagnosis' culprits and NCCL's errors."""
+    out = []
+    h = report.get("hang") or {}
+    named = sorted({c["rank"] for c in h.get("culprits") or [] if isinstance(c, dict) and isinstance(c.get("rank"), int)}
+                   | {r for r in h.get("missing_ranks") or [] if isinstance(r, int)})
+    if first is not None and named:
+        rank = first.get("rank")
+        out.append(f"Flight Recorder / stacks agree: rank {rank} is the rank the others waited for" if rank in named
+                   else f"note: the hang evidence names rank(s) {', '.join(map(str, named[:8]))}, not rank {rank}: "
+                        "read both (the hang below may be a consequence of the failure, or a second problem)")
+    for d in [d for d in (report.get("nccl") or {}).get("diagnoses") or []
+              if isinstance(d, dict) and d.get("severity") == "error"][:3]:
+        out.append(f"NCCL log: {str(d.get('message') or d.get('id'))[:200]}")
+    return out
+
+
 def failure(report: Report, win: Window | None = None) -> list[Finding]:
     """The failure as a finding; ``[]`` when the job did not fail."""
     fail: dict[str, Any] = dict(report.get("failure") or {})
@@ -63,6 +80,7 @@ def failure(report: Report, win: Window | None = None) -> list[Finding]:
                         f"{str(e.get('message'))[:200]}")
     for o in (fail.get("others") or [])[:4]:
         evidence.append(f"rank {o.get('rank')} failed later, of its own: {str(o.get('message'))[:200]}")
+    evidence += _one_story(report, first)
     sugg = []
     if first is not None and first.get("next_step"):
         sugg.append(f"Rank {first.get('rank')}: {first['next_step']}")
