@@ -93,6 +93,7 @@ _FATAL = {"Segmentation fault": (11, "segfault"), "Aborted": (6, "abort"), "Bus 
 _PY_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _FH_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (.+)$')
 _AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_WATCHDOG = re.compile(r"\[Rank (\d+)\]\s+Watchdog caught collective operation timeout")
 _BLOCK_KEY = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*)$")
 _LIB = re.compile(r"/(site|dist)-packages/|/lib/python\d|<frozen |traceread/collect/bootstrap/")
 
@@ -258,9 +259,11 @@ def _progress(path: Path) -> tuple[int, int, int] | None:
     return step, t_ns, pid
 
 
-def _torchrun(run_dir: Path, problems: list[str]) -> tuple[dict[int, int], dict[int, dict[str, str]]]:
+def _torchrun(run_dir: Path, problems: list[str],
+              timed_out: set[int]) -> tuple[dict[int, int], dict[int, dict[str, str]]]:
     """From ``launcher.log``: pid -> exit code (the agent's ``failed (exitcode: ...)`` lines, every attempt),
-    and rank -> torchrun's failure block of the last attempt (time, host, exitcode)."""
+    and rank -> torchrun's failure block of the last attempt (time, host, exitcode); ``timed_out`` gets the
+    ranks whose NCCL watchdog reported a collective timeout (it then tears the process down)."""
     log = run_dir / "launcher.log"
     codes: dict[int, int] = {}
     blocks: dict[int, dict[str, str]] = {}
@@ -274,6 +277,7 @@ def _torchrun(run_dir: Path, problems: list[str]) -> tuple[dict[int, int], dict[
     text = data.decode("utf-8", "replace")
     for m in _AGENT_FAILED.finditer(text):
         codes[int(m.group(3))] = int(m.group(1))
+    timed_out.update(int(m.group(1)) for m in _WATCHDOG.finditer(text) if len(m.group(1)) < 8)
     cur: dict[str, str] = {}
     for line in text.splitlines():
         km = _BLOCK_KEY.match(line)
@@ -392,11 +396,16 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
     exit_code = run.get("exit_code") if isinstance(run.get("exit_code"), int) else None
     world_doc = run.get("world")
     world = world_doc.get("world_size") if isinstance(world_doc, dict) else None
-    codes, blocks = _torchrun(root, problems)
+    timed_out: set[int] = set()
+    codes, blocks = _torchrun(root, problems, timed_out)
     folders = attempt_folders(root)
     attempts = [_read_attempt(i, d, problems) for i, d in folders]
     for a in attempts:
         _complete(a, codes, blocks, a is attempts[-1], world if isinstance(world, int) else None)
+        for r, f in a.failures.items():  # torn down by its NCCL watchdog after a timeout: an echo of the hang
+            if r in timed_out and f.family in ("abort", "fatal_signal", "exit_code", "killed"):
+                f.family = "watchdog_timeout"
+                f.message = f"torn down by the NCCL watchdog after a collective timed out ({f.message})"
     if not any(a.failures for a in attempts) and not exit_code:
         return None
     stories = [_story(a) for a in attempts]
@@ -439,6 +448,9 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
                      f"reported first ({e0.message[:160]}" + (f" at {e0.where}" if e0.where else "") + "). No rank "
                      "left the error that started it: a hang (see the hang diagnosis) or a rank that died without a "
                      "word.")
+    elif run.get("hang"):
+        lines.append(f"traceread collect found the job hung and stopped it (exit code {exit_code}); no rank failed "
+                     "of its own: the hang diagnosis has the culprits.")
     else:
         lines.append(f"The job exited with code {exit_code}, and no rank left an error, a crash dump or an exit code "
                      "of its own (read the end of launcher.log).")
