@@ -124,3 +124,19 @@ def test_a_clean_run_has_no_failure(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"exit_code": 0}))
     _progress(tmp_path, 0, 10, T0)
     assert diagnose_failure(tmp_path) is None
+
+
+def test_one_process_killed_by_the_oom_killer(tmp_path: Path) -> None:
+    """A plain ``python train.py`` (no torchrun) SIGKILLed: collect exits 128+9, the rank left no error and never
+    reached its exit: killed by SIGKILL, with the OOM killer / scheduler as the next step."""
+    (tmp_path / "run.json").write_text(json.dumps({"exit_code": 137}))
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank0.json").write_text(json.dumps({"rank": 0, "host": "node7", "pid": 4242,
+                                                               "clock": [{"label": "start", "time_ns": T0}]}))
+    _progress(tmp_path, 0, 31, T0 + 10**9)
+    f = diagnose_failure(tmp_path)
+    assert f is not None
+    first = f["first"]
+    assert (first["rank"], first["family"], first["signal"], first["host"], first["step"]) == \
+        (0, "killed", "SIGKILL", "node7", 31)
+    assert "OOM killer" in first["next_step"]

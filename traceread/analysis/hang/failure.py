@@ -402,6 +402,12 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
     attempts = [_read_attempt(i, d, problems) for i, d in folders]
     for a in attempts:
         _complete(a, codes, blocks, a is attempts[-1], world if isinstance(world, int) else None)
+    last = attempts[-1]
+    if exit_code and not any(a.failures for a in attempts) and len(last.ranks) == 1:
+        # one process and no launcher of its own (plain python): the job's exit code is the rank's
+        (r,) = last.ranks
+        last.failures[r] = _exit_failure(r, last.index, exit_code, "run.json")
+        _complete(last, {}, {}, True, None)
         for r, f in a.failures.items():  # torn down by its NCCL watchdog after a timeout: an echo of the hang
             if r in timed_out and f.family in ("abort", "fatal_signal", "exit_code", "killed"):
                 f.family = "watchdog_timeout"
