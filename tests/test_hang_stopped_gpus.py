@@ -90,3 +90,36 @@ def test_the_real_case_two_tp_groups_and_an_ep_all_to_all(tmp_path: Path) -> Non
     assert res.exit_code in (0, 3), res.output
     doc = json.loads(res.output)
     assert sorted(c["rank"] for c in doc["culprits"]) == [2, 9]
+
+
+def _recorder(rank: int, ops: list[tuple[str, int, bool]]) -> object:
+    """One rank's NCCL recorder (no start events): ``(group, seq, completed)`` in enqueue order."""
+    from traceread.simulate.flight_recorder import Entry, RankRecorder
+
+    groups = {"1": ("TENSOR_MODEL_PARALLEL_GROUP", [0, 1]), "2": ("EXPERT_MODEL_PARALLEL_GROUP", [1, 2])}
+    mine = [(name, desc, members) for name, (desc, members) in groups.items() if rank in members]
+    local = {name: i for i, (name, _d, _m) in enumerate(mine)}
+    t = 1_795_000_000_000_000_000
+    entries = [Entry(pg=pg, local_id=local[pg], desc=groups[pg][0], op="all_reduce" if pg == "1" else "all_to_all",
+                     coll_seq=seq, p2p_seq=0, op_id=seq, is_p2p=False, peer=None, sizes=[[8, 8]], dtype="BFloat16",
+                     created_ns=t + i * 1000, started_ns=None, completed_ns=t + i * 1000 + 500 if done else None)
+               for i, (pg, seq, done) in enumerate(ops)]
+    return RankRecorder(rank=rank, groups=mine, entries=entries)
+
+
+def test_everyone_in_it_and_only_one_also_missing_elsewhere(tmp_path: Path) -> None:
+    """Ranks 0 and 1 are both in TP all_reduce #5 and none completes (no start events: it cannot say whose GPU);
+    rank 2 waits in EP all_to_all #3 for rank 1 only. Rank 1 is named, as "most likely", and rank 0 is not."""
+    from traceread.simulate.flight_recorder import write_dump
+
+    tp = [("1", s, s < 5) for s in range(1, 6)]
+    recs = {0: _recorder(0, tp), 1: _recorder(1, tp + [("2", 1, True), ("2", 2, True), ("2", 3, False)]),
+            2: _recorder(2, [("2", 1, True), ("2", 2, True), ("2", 3, False)])}
+    for r, rec in recs.items():
+        write_dump(tmp_path / f"nccl_trace_rank_{r}", rec, timing=False, stateless=True)  # type: ignore[arg-type]
+    d = diagnose(tmp_path, workers=1)
+    (c,) = d.entry["culprits"]
+    assert (c["rank"], c["why"], c["pg"], c["seq"]) == (1, "gpu_stopped", "1", 5)
+    assert d.lines[0].startswith("Rank 1's GPU most likely stopped: every member of all_reduce #5 on pg 1")
+    assert "only rank 1 is also missing from all_to_all #3 on pg 2" in d.lines[0]
+    assert d.entry["missing_ranks"] == [1]

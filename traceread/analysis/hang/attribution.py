@@ -296,7 +296,8 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
                     others = sorted({x.what() for x in held[w]})
                     culprits[w] = Culprit(
                         w, "gpu_stopped", s,
-                        f"GPU stopped: every member of {s.what()} is in it and none completes, and of its members "
+                        f"GPU most likely stopped: every member of {s.what()} is in it and none completes, and of "
+                        "its members "
                         f"only rank {w} is also missing from {others[0]}" + (f" (+{len(others) - 1} more)" if
                                                                             len(others) > 1 else "")
                         + f"; ranks {runs(s.waiting)} are in {s.what()}",

@@ -138,8 +138,9 @@ def _culprit_line(c: Culprit) -> str:
     if c.why == "no_dump":
         return f"Rank {c.rank} never joined {what} and left no Flight Recorder dump (stopped or dead){tail}."
     if c.why == "gpu_stopped":
-        first = c.detail.split(";")[0].removeprefix("GPU stopped: ")
-        return f"Rank {c.rank}'s GPU stopped: {first}{tail}."
+        likely = c.detail.startswith("GPU most likely stopped: ")  # inferred: no member completed it
+        first = c.detail.split(";")[0].removeprefix("GPU stopped: ").removeprefix("GPU most likely stopped: ")
+        return f"Rank {c.rank}'s GPU {'most likely ' if likely else ''}stopped: {first}{tail}."
     if c.why == "out_of_order":
         return f"Rank {c.rank} {c.detail}."
     return f"Rank {c.rank}: collective mismatch: {c.detail}."
