@@ -332,8 +332,7 @@ def _exited(info: dict[str, Any]) -> bool:
     return isinstance(clock, list) and any(isinstance(c, dict) and c.get("label") == "exit" for c in clock)
 
 
-def _complete(a: _Attempt, codes: dict[int, int], blocks: dict[int, dict[str, str]], last: bool,
-              world: int | None) -> None:
+def _complete(a: _Attempt, codes: dict[int, int], blocks: dict[int, dict[str, str]], last: bool) -> None:
     """Exit codes, signals, hosts, steps and times from the launcher and the rank files."""
     for r, info in a.ranks.items():
         pid = info.get("pid")
@@ -394,20 +393,18 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
     run = load_json_object(root / "run.json", problems) if regular(root / "run.json") else None
     run = run if isinstance(run, dict) else {}
     exit_code = run.get("exit_code") if isinstance(run.get("exit_code"), int) else None
-    world_doc = run.get("world")
-    world = world_doc.get("world_size") if isinstance(world_doc, dict) else None
     timed_out: set[int] = set()
     codes, blocks = _torchrun(root, problems, timed_out)
     folders = attempt_folders(root)
     attempts = [_read_attempt(i, d, problems) for i, d in folders]
     for a in attempts:
-        _complete(a, codes, blocks, a is attempts[-1], world if isinstance(world, int) else None)
+        _complete(a, codes, blocks, a is attempts[-1])
     last = attempts[-1]
     if exit_code and not any(a.failures for a in attempts) and len(last.ranks) == 1:
         # one process and no launcher of its own (plain python): the job's exit code is the rank's
         (r,) = last.ranks
         last.failures[r] = _exit_failure(r, last.index, exit_code, "run.json")
-        _complete(last, {}, {}, True, None)
+        _complete(last, {}, {}, True)
         for r, f in a.failures.items():  # torn down by its NCCL watchdog after a timeout: an echo of the hang
             if r in timed_out and f.family in ("abort", "fatal_signal", "exit_code", "killed"):
                 f.family = "watchdog_timeout"
