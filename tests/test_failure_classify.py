@@ -140,3 +140,10 @@ def test_one_process_killed_by_the_oom_killer(tmp_path: Path) -> None:
     assert (first["rank"], first["family"], first["signal"], first["host"], first["step"]) == \
         (0, "killed", "SIGKILL", "node7", 31)
     assert "OOM killer" in first["next_step"]
+
+
+def test_terminal_control_in_an_error_message_is_made_visible(tmp_path: Path) -> None:
+    _error(tmp_path, 2, "RuntimeError: boom \x1b[2J\x1b]0;owned\x07 here", T0)
+    f = diagnose_failure(tmp_path)
+    assert f is not None and "\x1b" not in json.dumps(f, ensure_ascii=False)
+    assert "\\x1b[2J" in f["first"]["message"]

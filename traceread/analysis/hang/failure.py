@@ -38,6 +38,7 @@ from typing import Any
 from traceread.analysis.hang.files import read_head, read_tail, regular
 from traceread.errors import TraceFileError
 from traceread.read.jsonfile import load_json_object, plausible_rank
+from traceread.textsafe import clean_data
 
 #: Bytes read from the end of a stack dump (a fatal error is written last).
 STACK_TAIL = 256 << 10
@@ -465,7 +466,7 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
                                            if x["ended_by"] else "ran to the end")
             + (f" after {x['steps']} step(s)" if x.get("steps") is not None else "") for x in out_attempts) + "."
             + (f" The report analyses attempt {tail['attempt']}." if restarted else ""))
-    return {
+    return clean_data({  # messages, paths and host names come from files anyone could write: no terminal control
         "summary": " ".join(lines),
         "lines": lines,
         "first": first.as_json() if first else None,
@@ -475,4 +476,4 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
         "attempt": attempts[pick].index,
         "exit_code": exit_code,
         "problems": problems[:20],
-    }
+    })
