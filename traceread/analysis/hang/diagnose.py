@@ -103,8 +103,10 @@ def _group_json(s: Stuck) -> HangGroup:
     note = None
     if s.done and (s.waiting or s.behind):
         past = sorted(s.done)
-        note = (f"{_plural(past, 'rank', 'ranks')} completed it and went past it: it completed, so the members "
-                "whose record never shows it complete are not waiting for anyone (their GPU stopped)")
+        note = f"{_plural(past, 'rank', 'ranks')} completed it and went past it"
+        if not any(v.backend in ("gloo", "mpi", "ucc") for v in g.views.values()):
+            note += (": it completed, so the members whose record never shows it complete are not waiting for "
+                     "anyone (their GPU stopped)")
     elif not s.behind and s.waiting and not s.mismatch:
         note = "every member is in it and none completes"
         if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
