@@ -32,6 +32,8 @@ CASES = {
     "three_never_started": HangKnobs(tp=2, pp=2, dp=4, ep=2, faults=[(2, 0.5), (9, 0.6), (13, 0.3)], blind=0),
     "three_completed_states_no_timing": HangKnobs(tp=2, pp=2, dp=4, ep=2, faults=[(2, 0.5), (9, 0.6), (13, 0.3)],
                                                   blind=4, timing=False),
+    "three_scheduled_only": HangKnobs(tp=2, pp=2, dp=4, ep=2, faults=[(2, 0.5), (9, 0.6), (13, 0.3)], blind=3,
+                                      timing=False, states="scheduled"),
     "pp4_peers_five_ahead": HangKnobs(tp=2, pp=4, dp=2, ep=2, faults=[(5, 0.4), (10, 0.7)], blind=5, timing=False,
                                       states="scheduled"),
 }
