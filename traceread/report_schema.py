@@ -154,6 +154,7 @@ class HangGroup(TypedDict, total=False):
     first: bool  # the group's first collective not completed by every member
     mismatch: list[str]
     note: str | None  # e.g. "every member is in it and none completes"
+    done: list[int]  # members that completed it already (issue 37, additive): past it, never "in it"
 
 
 class HangCulprit(TypedDict, total=False):
@@ -176,6 +177,42 @@ class HangCulprit(TypedDict, total=False):
     evidence: list[str]
 
 
+class FailureRank(TypedDict, total=False):
+    """One rank's end (docs/hang-and-nccl.md, "Why the job stopped")."""
+
+    rank: int
+    attempt: int  # torchrun attempt (TORCHELASTIC_RESTART_COUNT)
+    family: str  # cuda_illegal_access | cuda_error | oom | nccl_error | killed | segfault | abort | fatal_signal
+    # | python_error | exit_code, or an echo: peer_gone | comm_aborted | watchdog_timeout | terminated
+    echo: bool  # an echo of another rank's failure (never named as the cause)
+    message: str
+    exception: str | None
+    where: str | None  # "train.py:32 in fail": the innermost frame outside libraries
+    traceback: list[str]
+    host: str | None
+    time_ns: int | None
+    time_from: str  # which evidence gave the time (error file (ns), crash dump written, last step, ...)
+    step: int | None  # optimizer steps the rank had completed when it failed
+    exit_code: int | None
+    signal: str | None
+    sources: list[str]
+    next_step: str | None
+
+
+class FailureEntry(TypedDict, total=False):
+    """Why the job stopped (issue 37, additive): the first failure by time, its echoes, the attempts."""
+
+    summary: str
+    lines: list[str]
+    first: FailureRank | None  # None when every error is an echo (then the hang diagnosis has the cause)
+    consequences: list[FailureRank]
+    others: list[FailureRank]  # later failures of their own
+    attempts: list[dict[str, Any]]  # attempt, folder, started_ns, last_step_ns, steps, ended_by, steps_lost, time_lost_s
+    attempt: int  # the attempt the answer is about (the last one that failed)
+    exit_code: int | None
+    problems: list[str]
+
+
 class HangEntry(TypedDict, total=False):
     pg: str
     seq: int | None  # None when only stacks or debug messages are available
@@ -191,6 +228,7 @@ class HangEntry(TypedDict, total=False):
     culprits: list[HangCulprit]
     groups: list[HangGroup]
     dumps: str  # "Flight Recorder: 16 dumps of 8 ranks read (pickle 8, JSON 8); no dump from rank 5"
+    failure: FailureEntry  # ``traceread hang`` only, when the job failed (issue 37): why it stopped leads
 
 
 #: Every category of the step ledger, in display order (compute first, idle last; docs/ledger.md).
@@ -276,6 +314,7 @@ class Finding(TypedDict, total=False):
     predicted_saving_us: float  # what-if saving per step of the suggested change, never above the impact
     impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
     steps: list[int]  # slow_steps: the steps it covers
+    recovered: bool  # failure: the failed attempt was restarted and a later one ran to the end (issue 37)
 
 
 class LayoutGroup(TypedDict):
@@ -429,6 +468,7 @@ class Report(TypedDict, total=False):
     pipeline: PipelineEntry | None
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
+    failure: FailureEntry  # only when the job failed (a crash, a non-zero exit); leads the findings
     findings: list[Finding]
     layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
     workload: Workload | None  # training, serving or inference (None when no rank was read)

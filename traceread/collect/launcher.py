@@ -517,12 +517,17 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
               if n]
     if extras:
         lines.append("  also:    " + ", ".join(extras))
+    restarts = sorted(p.name for p in (host_dir / "attempts").glob("attempt*") if p.is_dir())
+    if restarts:
+        lines.append(f"  restarts: torchrun restarted the job {len(restarts)} time(s); each attempt's files are in "
+                     f"{host_dir / 'attempts'}/attempt<K>")
+    errors = sorted(p.name for p in (host_dir / "errors").glob("rank*.json")) if code else []
     quoted = shlex.quote(str(run_root))
     nxt = []
     if traces:
         nxt.append(f"traceread report {quoted}")
-    if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
-        nxt.append(f"traceread hang {quoted}")
+    if hang or errors or restarts or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
+        nxt.append(f"traceread hang {quoted}")  # a failed job too: it says which rank failed first
     torch_seen = any(i.get("torch") for i in ranks.values())
     if not traces and not nxt and (torch_seen or not ranks):  # a job without torch has nothing to profile
         run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]

@@ -87,6 +87,9 @@ def answer(report: Report) -> tuple[str, str | None]:
     title = elide_templates(str(f["title"]))
     if f["id"] == "hang":
         text = f"{title} [the job stopped there: every later step is lost]"
+    elif f["id"] == "failure":
+        text = f"{title} [" + ("a later attempt ran to the end; the window below is its own]" if f.get("recovered")
+                               else "the job died: every later step is lost]")
     elif f.get("category") == "memory":  # memory findings cost no step time: they say what they hold
         text = f"{title} [memory{', rank ' + str(f['rank']) if f.get('rank') is not None else ''}]"
     elif not f.get("impact_us_per_step"):
@@ -164,8 +167,9 @@ def findings_section(report: Report, v: View) -> None:
         body = Text(elide_templates(str(f["title"])), style="bold")
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + elide_templates(str(s)), style="green")
-        if f["id"] == "hang":
-            lost, share = "job stopped", "all"
+        if f["id"] in ("hang", "failure"):
+            lost, share = ("job stopped" if f["id"] == "hang" else "restarted" if f.get("recovered")
+                           else "job died"), "all"
         elif f.get("category") == "memory":  # no step time: the bytes at stake instead
             lost, share = "memory", nbytes(f.get("memory_bytes"))
         elif not f.get("impact_us_per_step"):
