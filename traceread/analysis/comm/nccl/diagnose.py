@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from traceread.analysis.comm.nccl.inspector import LOW_BW_SHARE, MIN_BW_BYTES
+from traceread.analysis.comm.nccl.signatures import bad_interfaces, diagnose_problems
+from traceread.analysis.comm.nccl.signatures import ifname_advice as ifname_advice
 
 Diagnosis = dict[str, Any]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -126,8 +128,13 @@ def socket_fallback(s: dict[str, Any]) -> list[Diagnosis]:
     msg = ("inter-node traffic fell back to TCP sockets (NET/Socket)" + why + ": expect 10-100x lower bandwidth "
            "than InfiniBand/EFA")
     sugg = ("Make the IB/EFA devices visible to the job (NCCL_IB_HCA, container --device /dev/infiniband and "
-            "--cap-add IPC_LOCK, the EFA/OFED drivers) and check that the network plugin loads; NCCL_SOCKET_IFNAME "
-            "only picks which Ethernet interface sockets use.")
+            "--cap-add IPC_LOCK, the EFA/OFED drivers) and check that the network plugin loads.")
+    bad = bad_interfaces(s)
+    if bad:
+        msg += (f"; the socket interfaces include {', '.join(bad[:4])}, which other hosts cannot reach (container "
+                "bridge, veth, loopback or link-local)")
+        sugg = (f"First make the sockets usable: {ifname_advice(s)}, so NCCL stops using the bridge/virtual "
+                "interfaces. Then, for bandwidth, " + sugg[0].lower() + sugg[1:])
     ev = _ev(s, "network:Socket") + _transport_ev(s, "NET/Socket") + _ev(s, "socket_using")
     return [_d("socket_fallback", "error", msg, ev, sugg)]
 
@@ -290,27 +297,6 @@ def nvml_not_found(s: dict[str, Any]) -> list[Diagnosis]:
 
 
 # ---- failures and hangs -------------------------------------------------------------------------
-
-def failures(s: dict[str, Any]) -> list[Diagnosis]:
-    out: list[Diagnosis] = []
-    for w in s.get("errors") or []:
-        m, q = w["message"], [w.get("quote") or w["message"]]
-        if "closed by remote peer" in m:
-            peer = re.search(r"peer (\S+)", m)
-            out.append(_d("peer_closed", "error",
-                          f"connection closed by remote peer {peer.group(1) if peer else ''}: that peer likely died "
-                          "first - look at its log, not this one", q))
-        elif "Connect to" in m and "failed" in m:
-            out.append(_d("connect_failed", "error",
-                          f"NCCL could not connect: {m} (firewall, wrong NCCL_SOCKET_IFNAME, routing)",
-                          q + _env_ev(s, "NCCL_SOCKET_IFNAME")))
-        elif "status=12" in m:
-            out.append(_d("ib_retry_exceeded", "error",
-                          f"InfiniBand retry-exceeded completion error (link/fabric problem): {m}", q))
-        elif "Cuda failure" in m:
-            out.append(_d("cuda_failure", "error", f"NCCL hit a CUDA error: {m}", q))
-    return out
-
 
 def init_incomplete(s: dict[str, Any]) -> list[Diagnosis]:
     out = []
@@ -491,13 +477,24 @@ def inspector_slow_collectives(s: dict[str, Any]) -> list[Diagnosis]:
 
 RULES: tuple[Callable[[dict[str, Any]], list[Diagnosis]], ...] = (
     net_plugin_failed, socket_fallback, net_plugin_missing, ib_not_found, no_gdrdma, shm_instead_of_p2p,
-    nvls_unavailable, init_incomplete, nvml_not_found, failures, collective_timeout, slow_init, slow_init_total,
+    nvls_unavailable, init_incomplete, nvml_not_found, collective_timeout, slow_init, slow_init_total,
     flight_recorder_disabled, inspector_late_rank, inspector_low_busbw, inspector_slow_collectives,
 )
 
 
+#: The cause family (docs/hang-and-nccl.md) of each rule's diagnosis; the catalogue's carry their own.
+FAMILY = {
+    "net_plugin_failed": "ofi_efa", "socket_fallback": "interface", "net_plugin_missing": "interface",
+    "ib_not_found": "ib_fabric", "no_gdrdma": "gdr", "shm_instead_of_p2p": "p2p_acs", "nvls_unavailable": "nvls",
+    "init_incomplete": "timeout", "nvml_not_found": "topology", "collective_timeout": "timeout",
+    "slow_init": "slow_init", "slow_init_total": "slow_init", "flight_recorder_disabled": "timeout",
+}
+
+
 def diagnose(s: dict[str, Any]) -> list[Diagnosis]:
-    """Every rule on the summary; duplicates dropped; errors first, then warnings, then info."""
+    """Every rule on the summary, then the failure catalogue on its problem lines; duplicates dropped;
+    errors first (the catalogue's, which name the first error line, before the others), then warnings,
+    then info."""
     out: list[Diagnosis] = []
     seen: set[tuple[str, str]] = set()
     for rule in RULES:
@@ -505,6 +502,14 @@ def diagnose(s: dict[str, Any]) -> list[Diagnosis]:
             key = (d["id"], d["message"])
             if key not in seen:
                 seen.add(key)
+                if d["id"] in FAMILY:
+                    d.setdefault("family", FAMILY[d["id"]])
                 out.append(d)
+    if _plugin(s).get("kind") == "ofi" or _plugin(s).get("failed"):
+        for d in out:
+            if d["id"] == "socket_fallback" and _plugin(s).get("failed"):
+                d["family"] = "ofi_efa"
+    catalogue = diagnose_problems(s, {d["id"] for d in out})
+    out = catalogue + out
     out.sort(key=lambda d: SEVERITY_ORDER.get(d["severity"], 3))
     return out
