@@ -131,8 +131,8 @@ def subsystem(src: str | None, text: str = "") -> str:
         (("nvls",), "NVLS/multicast"),
         (("net_ib", "ib_plugin", "ibvwrap", "ibvcore", "net/ib"), "net/IB"),
         (("net_socket",), "net/socket"),
-        (("ofi", "libfabric"), "OFI plugin (aws-ofi-nccl)"),
-        (("shm",), "shared memory (shm)"),
+        (("ofi", "libfabric"), "the aws-ofi-nccl plugin"),
+        (("shm",), "shared memory"),
         (("p2p",), "P2P/CUMEM"),
         (("socket", "bootstrap"), "bootstrap/socket"),
         (("proxy",), "proxy"),
@@ -147,7 +147,7 @@ def subsystem(src: str | None, text: str = "") -> str:
     for keys, name in table:
         if any(k in s for k in keys):
             return name
-    for key, name in (("NET/OFI", "OFI plugin (aws-ofi-nccl)"), ("NET/IB", "net/IB"), ("NVLS", "NVLS/multicast"),
+    for key, name in (("NET/OFI", "the aws-ofi-nccl plugin"), ("NET/IB", "net/IB"), ("NVLS", "NVLS/multicast"),
                       ("NET/Socket", "net/socket"), ("Bootstrap", "bootstrap/socket"), ("Proxy", "proxy")):
         if key in t:
             return name
@@ -163,9 +163,9 @@ USUAL_CAUSES = {
                   "peer process that died",
     "net/IB": "a link, cable or switch problem, the wrong GID index on RoCE (NCCL_IB_GID_INDEX), or GPUDirect RDMA "
               "memory registration (nvidia-peermem, PCIe ACS/IOMMU)",
-    "OFI plugin (aws-ofi-nccl)": "the EFA device not visible in the container, an old libfabric/EFA installer, or a "
+    "the aws-ofi-nccl plugin": "the EFA device not visible in the container, an old libfabric/EFA installer, or a "
                                  "security group that does not allow all traffic to and from itself",
-    "shared memory (shm)": "/dev/shm too small in a container (Docker's default is 64 MB: --shm-size or --ipc=host)",
+    "shared memory": "/dev/shm too small in a container (Docker's default is 64 MB: --shm-size or --ipc=host)",
     "P2P/CUMEM": "GPUs that cannot map each other's memory: PCIe ACS/IOMMU, a VM without P2P, or consumer GPUs",
     "NVLS/multicast": "the Fabric Manager / NVSwitch state (nvidia-fabricmanager not running, restarted without a "
                       "GPU reset)",

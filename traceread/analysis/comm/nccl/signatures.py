@@ -243,7 +243,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "Read the first WARN before it, or the named rank's log.", confidence="low",
               source="src/proxy.cc", secondary=True),
     # shared memory ---------------------------------------------------------------------------------
-    Signature("shm_full", "shm", "shared memory (shm)",
+    Signature("shm_full", "shm", "shared memory",
               _r(r"posix_fallocate failed|No space left on device|Error while creating shared memory segment|"
                  r"failed to extend /dev/shm|Error while attaching to shared memory segment|shm_open|"
                  r"Unable to allocate shared memory"),
@@ -327,7 +327,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "Ignore it without InfiniBand; otherwise install rdma-core/OFED in the image and pass /dev/infiniband "
               "into the container.", severity="info", source="src/misc/ibvwrap.cc"),
     # OFI / EFA -------------------------------------------------------------------------------------
-    Signature("ofi_unreachable", "ofi_efa", "OFI plugin (aws-ofi-nccl)",
+    Signature("ofi_unreachable", "ofi_efa", "the aws-ofi-nccl plugin",
               _r(r"Unable to insert remote address|Couldn't open AV|Unresponsive receiver|handshake failed|"
                  r"fi_av_insert|Operation with NULL context completed with error|process_err_completion|"
                  r"Error 4126"),
@@ -336,7 +336,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "Add self-referencing inbound and outbound all-traffic rules to the instances' security group; check "
               "with fi_pingpong -p efa between the two nodes.", confidence="medium",
               source="aws-ofi-nccl nccl_ofi_rdma.cpp/nccl_ofi_sendrecv.cpp"),
-    Signature("ofi_no_provider", "ofi_efa", "OFI plugin (aws-ofi-nccl)",
+    Signature("ofi_no_provider", "ofi_efa", "the aws-ofi-nccl plugin",
               _r(r"Could not find any optimal provider|No eligible providers|Couldn't find any optimal provider|"
                  r"fi_getinfo.*(?:fail|empty list)|Unable to find a protocol that worked|aws-ofi-nccl "
                  r"initialization failed|Initializing plugin failed"),
@@ -345,7 +345,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "Run `fi_info -p efa` inside the job's container: empty output means no EFA there (pass the devices, "
               "install the EFA software, use an EFA instance type).", source="aws-ofi-nccl nccl_ofi_net.cpp",
               kinds=("warn", "libfabric"), said_by=("net_plugin_failed",)),
-    Signature("ofi_error", "ofi_efa", "OFI plugin (aws-ofi-nccl)",
+    Signature("ofi_error", "ofi_efa", "the aws-ofi-nccl plugin",
               _r(r"NET/OFI .*(?:fail|error|Unable|Couldn't|Could not)"),
               "the aws-ofi-nccl plugin reported an error from libfabric/EFA",
               "Run `fi_info -p efa` and fi_pingpong between the nodes; check the EFA security group and the "
