@@ -91,7 +91,7 @@ def answer(report: Report) -> tuple[str, str | None]:
     if not findings:
         if not report.get("ranks"):
             if report.get("nccl"):
-                return nccl_nothing_found(report["nccl"]), None
+                return nccl_nothing_found(report.get("nccl") or {}), None
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
