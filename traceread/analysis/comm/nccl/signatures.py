@@ -218,30 +218,6 @@ CATALOGUE: tuple[Signature, ...] = (
               "Make every host load the same libnccl (torch.cuda.nccl.version(), `pip list | grep nccl`, "
               "LD_LIBRARY_PATH and /usr/local/nccl*); a system NCCL may shadow the wheel's.",
               confidence="medium", source="src/misc/socket.cc (ncclSocketInit)", refine=_socket_family),
-    Signature("connect_failed", "interface", "bootstrap/socket",
-              _r(r"Connect to \S+ failed|Call to connect (?:failed|timeout|returned)|socketStartConnect|"
-                 r"connect\(\) .*(?:refused|timed out)|No route to host|Connection refused|Connection timed out|"
-                 r"Network is unreachable"),
-              "NCCL could not open a TCP connection to a peer: no route on the interface it uses, a firewall, or "
-              "the peer was not listening (not started yet, or already dead)",
-              "Check that every node reaches the address and port NCCL names (ping, nc -zv, firewall/security "
-              "group); pin NCCL_SOCKET_IFNAME to the interface the nodes route to.",
-              source="src/misc/socket.cc", refine=_connect),
-    Signature("peer_closed", "peer_died", "bootstrap/socket",
-              _r(r"Connection closed by (?:remote )?peer ?(?P<peer>\S+)?|closed by remote peer|Call to recv from "
-                 r"\S+ failed|Broken pipe|Connection reset by peer|Socket recv failed|remote process exit|"
-                 r"exiting prematurely|Message truncated"),
-              "that peer process likely died first (crashed, killed, out of memory, its node rebooted): this rank "
-              "is a victim and its own log is not where the cause is",
-              "Find the earliest error across all ranks' logs (the peer's own traceback, an OOM kill in dmesg, a "
-              "segfault); fix that, not this rank.", source="src/misc/socket.cc, src/proxy.cc", refine=_peer),
-    Signature("proxy_failed", "peer_died", "proxy",
-              _r(r"\[Proxy Service \d+\] Failed to execute operation (?P<op>\w+) from rank (?P<rank>\d+), retcode 6|"
-                 r"\[Proxy Service \d+\] Failed to execute operation"),
-              "NCCL's proxy thread failed an operation for another rank; it passes on an error that happened "
-              "elsewhere",
-              "Read the first WARN before it, or the named rank's log.", confidence="low",
-              source="src/proxy.cc", secondary=True),
     # shared memory ---------------------------------------------------------------------------------
     Signature("shm_full", "shm", "shared memory",
               _r(r"posix_fallocate failed|No space left on device|Error while creating shared memory segment|"
@@ -320,6 +296,26 @@ CATALOGUE: tuple[Signature, ...] = (
               "and host buffers need a large enough locked-memory limit",
               "Load nvidia-peermem (or NCCL_DMABUF_ENABLE=1 on Linux >= 5.12), and raise `ulimit -l` (containers: "
               "--ulimit memlock=-1).", source="src/transport/net_ib.cc"),
+    Signature("ib_async_event", "ib_fabric", "net/IB",
+              _r(r"async fatal event|Got non-fatal async event|IBV_EVENT_(?:PORT_ERR|DEVICE_FATAL|QP_FATAL|CQ_ERR)|"
+                 r"Fatal error\. Detected \d+ failed devices"),
+              "the NIC reported an asynchronous error (port down, device or queue-pair fatal): a link or NIC failed "
+              "while the job ran",
+              "Check `ibstat`/`ibv_devinfo` and dmesg (mlx5 errors) on that node, the cable and switch port; drain the "
+              "node if its port flaps.", source="src/transport/net_ib (async event thread)"),
+    Signature("ib_incompatible", "ib_fabric", "net/IB",
+              _r(r"Attempted to (?:connect|merge) incompatible devices|device is incompatible with the local"),
+              "NCCL was given NICs of different link layers or speeds (InfiniBand and RoCE/Ethernet ports) to use "
+              "together",
+              "Select NICs of one link layer with NCCL_IB_HCA (e.g. =mlx5_0,mlx5_1 or ^mlx5_bond_0).",
+              source="src/transport/net_ib"),
+    Signature("ib_device_unusable", "ib_fabric", "net/IB",
+              _r(r"NET/IB ?: Unable to (?:open|query) device|Unable to query port_num|NET/IB ?: No IP interface found"),
+              "NCCL saw an InfiniBand device it cannot open or query (in a container: /dev/infiniband not passed in "
+              "or no IPC_LOCK; on the host: a driver problem), or found no IP interface for its out-of-band traffic",
+              "Pass the devices into the container (--device /dev/infiniband, --cap-add IPC_LOCK, --ulimit "
+              "memlock=-1); check `ibv_devinfo` in the same container.", confidence="medium",
+              source="src/transport/net_ib"),
     Signature("ibverbs_missing", "ib_fabric", "net/IB",
               _r(r"Failed to open libibverbs|ibvwrap.*(?:Failed|failed)|libibverbs.*not found"),
               "NCCL looked for InfiniBand and did not find libibverbs: harmless on a machine without InfiniBand/RoCE "
@@ -336,8 +332,20 @@ CATALOGUE: tuple[Signature, ...] = (
               "Add self-referencing inbound and outbound all-traffic rules to the instances' security group; check "
               "with fi_pingpong -p efa between the two nodes.", confidence="medium",
               source="aws-ofi-nccl nccl_ofi_rdma.cpp/nccl_ofi_sendrecv.cpp"),
+    Signature("ofi_libfabric_old", "ofi_efa", "the aws-ofi-nccl plugin",
+              _r(r"requires at least libfabric version|libfabric version .* (?:is )?(?:too old|not supported)"),
+              "the libfabric on this machine is older than aws-ofi-nccl needs for EFA",
+              "Install a current EFA installer (it brings libfabric), or use the container's own libfabric "
+              "(/opt/amazon/efa) first on LD_LIBRARY_PATH.", source="aws-ofi-nccl nccl_ofi_net.cpp"),
+    Signature("ofi_mr_failed", "gdr", "the aws-ofi-nccl plugin",
+              _r(r"NET/OFI .*(?:register memory|registration|MR key allocation failed|Couldn't register memory)"),
+              "EFA could not register a buffer: GPU memory needs GPUDirect RDMA support (an EFA driver with "
+              "GPUDirect, DMA-BUF or nvidia-peermem) and host memory a large enough locked-memory limit",
+              "Check the EFA driver supports GPUDirect on this instance type, `ulimit -l unlimited` in the container, "
+              "and FI_EFA_USE_DEVICE_RDMA.", confidence="medium", source="aws-ofi-nccl nccl_ofi_rdma.cpp"),
     Signature("ofi_no_provider", "ofi_efa", "the aws-ofi-nccl plugin",
               _r(r"Could not find any optimal provider|No eligible providers|Couldn't find any optimal provider|"
+                 r"Couldn't open a fabric (?:provider|access domain)|"
                  r"fi_getinfo.*(?:fail|empty list)|Unable to find a protocol that worked|aws-ofi-nccl "
                  r"initialization failed|Initializing plugin failed"),
               "aws-ofi-nccl found no usable libfabric provider: the EFA device is not visible to the job (no EFA on "
@@ -350,6 +358,31 @@ CATALOGUE: tuple[Signature, ...] = (
               "the aws-ofi-nccl plugin reported an error from libfabric/EFA",
               "Run `fi_info -p efa` and fi_pingpong between the nodes; check the EFA security group and the "
               "aws-ofi-nccl/libfabric versions.", confidence="low", said_by=("net_plugin_failed",)),
+    # sockets last among the network signatures: "Connection timed out" also ends IB and OFI messages
+    Signature("connect_failed", "interface", "bootstrap/socket",
+              _r(r"Connect to \S+ failed|Call to connect (?:failed|timeout|returned)|socketStartConnect|"
+                 r"connect\(\) .*(?:refused|timed out)|No route to host|Connection refused|Connection timed out|"
+                 r"Network is unreachable"),
+              "NCCL could not open a TCP connection to a peer: no route on the interface it uses, a firewall, or "
+              "the peer was not listening (not started yet, or already dead)",
+              "Check that every node reaches the address and port NCCL names (ping, nc -zv, firewall/security "
+              "group); pin NCCL_SOCKET_IFNAME to the interface the nodes route to.",
+              source="src/misc/socket.cc", refine=_connect),
+    Signature("peer_closed", "peer_died", "bootstrap/socket",
+              _r(r"Connection closed by (?:remote )?peer ?(?P<peer>\S+)?|closed by remote peer|Call to recv from "
+                 r"\S+ failed|Broken pipe|Connection reset by peer|Socket recv failed|remote process exit|"
+                 r"exiting prematurely|Message truncated"),
+              "that peer process likely died first (crashed, killed, out of memory, its node rebooted): this rank "
+              "is a victim and its own log is not where the cause is",
+              "Find the earliest error across all ranks' logs (the peer's own traceback, an OOM kill in dmesg, a "
+              "segfault); fix that, not this rank.", source="src/misc/socket.cc, src/proxy.cc", refine=_peer),
+    Signature("proxy_failed", "peer_died", "proxy",
+              _r(r"\[Proxy Service \d+\] Failed to execute operation (?P<op>\w+) from rank (?P<rank>\d+), retcode 6|"
+                 r"\[Proxy Service \d+\] Failed to execute operation"),
+              "NCCL's proxy thread failed an operation for another rank; it passes on an error that happened "
+              "elsewhere",
+              "Read the first WARN before it, or the named rank's log.", confidence="low",
+              source="src/proxy.cc", secondary=True),
     # versions / topology ---------------------------------------------------------------------------
     Signature("version_mismatch", "version_mismatch", "init",
               _r(r"Mismatched NCCL version|version mismatch|NCCL version mismatch"),
