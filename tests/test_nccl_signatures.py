@@ -44,7 +44,7 @@ SOURCE_LINES = [
      "encountered'"),
     ("ib_completion", "ib_fabric", P + "transport/net_ib.cc:1700 NCCL WARN NET/IB: Got completion from peer "
      "10.1.0.2<43001> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129  hca mlx5_0"),
-    ("ib_completion", "gdr", P + "transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+    ("ib_completion", "p2p_acs", P + "transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
      "10.1.0.2<33397> with error 4, opcode 32611, len 32611, vendor err 81 (Send)"),
     ("ib_completion", "gid_roce", P + "ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.216.0.9<54862> "
      "with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2"),

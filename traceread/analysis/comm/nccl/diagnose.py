@@ -76,6 +76,12 @@ def _transport_ev(s: dict[str, Any], prefix: str) -> list[str]:
     return _ev(s, *(t for t in (s.get("evidence") or {}) if t.startswith("transport:" + prefix)))[:2]
 
 
+def _nccl_before(s: dict[str, Any], version: tuple[int, int]) -> bool | None:
+    """Whether the log's NCCL is older than ``version`` (None when no version line was read)."""
+    m = re.match(r"(\d+)\.(\d+)", str(s.get("version") or ""))
+    return None if m is None else (int(m.group(1)), int(m.group(2))) < version
+
+
 def _multi_node(s: dict[str, Any]) -> bool:
     return (s.get("nodes") or 1) > 1 or any(k.startswith("NET/") for k in s.get("transports") or {})
 
@@ -163,7 +169,8 @@ def no_gdrdma(s: dict[str, Any]) -> list[Diagnosis]:
     transports: dict[str, int] = s.get("transports") or {}
     net_links = sorted(k for k in transports if k.startswith("NET/") and k != "NET/Socket")
     plugin_says_no = p.get("gdr") is False and p.get("kind") == "ofi"  # aws-ofi-nccl's own words
-    if not plugin_says_no and not (net_links and s.get("gdrdma") is False):
+    hca_off = bool(_ev(s, "gdr_hca_disabled")) and p.get("kind") != "ofi"
+    if not plugin_says_no and not (net_links and s.get("gdrdma") is False) and not hca_off:
         return []
     where = f"network transfers ({', '.join(net_links)})" if net_links else "network transfers"
     staged = "data is staged through host memory"
@@ -196,10 +203,20 @@ def no_gdrdma(s: dict[str, Any]) -> list[Diagnosis]:
                    "distance with NCCL_NET_GDR_LEVEL (e.g. PHB or SYS) and compare bandwidth with nccl-tests.")]
     hca = _ev(s, "gdr_hca_disabled")
     if hca:
-        return [_d("no_gdrdma", "warning",
-                   f"{where} do not use GPUDirect RDMA: the NIC driver reports no GPUDirect support for the HCA, so "
-                   f"{staged}", hca + _transport_ev(s, "NET/"),
-                   "Load nvidia-peermem (or use DMA-BUF: Linux >= 5.12 and NCCL_DMABUF_ENABLE=1) on every node.")]
+        old = _nccl_before(s, (2, 23))
+        module = ("NCCL <= 2.22 looks only for the old nv_peer_mem module (/sys/kernel/mm/memory_peers/nv_mem): with "
+                  "the driver's nvidia-peermem loaded it still finds none (net_ib.cc, fixed in 2.23)")
+        if old:
+            why = f"{module}; this log's NCCL is {s.get('version')}"
+        elif old is None:
+            why = ("NCCL found no GPUDirect kernel module: nvidia-peermem is not loaded, or (NCCL <= 2.22) "
+                   "only the old nv_peer_mem module is recognised")
+        else:
+            why = "NCCL found no GPUDirect kernel module (nvidia-peermem not loaded) and no DMA-BUF support"
+        return [_d("no_gdrdma", "warning", f"{where} do not use GPUDirect RDMA: {why}; {staged}",
+                   hca + _ev(s, "version")[:1] + _transport_ev(s, "NET/"),
+                   "Upgrade NCCL to >= 2.23 if it is older (it recognises nvidia-peermem), load nvidia-peermem "
+                   "(`modprobe nvidia-peermem`) or use DMA-BUF (Linux >= 5.12, NCCL_DMABUF_ENABLE=1) on every node.")]
     if env:
         return [_d("no_gdrdma", "warning",
                    f"{where} do not use GPUDirect RDMA, with GPUDirect settings changed in the environment; {staged}",

@@ -52,6 +52,11 @@ _TORCH = re.compile(
 )
 _TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|Timed out waiting \d+ms for|"
                       r"watchdog got stuck for \d+ seconds|Socket Timeout\b")
+#: NCCL's own failure wording, for pastes that lost the ``WARN`` token (an issue title, a quoted line)
+_BARE = re.compile(r"ncclSocketInit: connecting|Cuda failure (?:\d+ )?'|NET/OFI .*(?:fail|Unable|Couldn't|Could not)|"
+                   r"NET/IB ?: Got completion|Error while (?:creating|attaching to) shared memory segment|"
+                   r"posix_fallocate failed|Failed to bind NVLink SHARP|Mismatched NCCL version|socketStartConnect:|"
+                   r"socketPollConnect:|socketProgress: Connection closed")
 _LIBFABRIC = re.compile(r"libfabric:\d+:\d+:(?P<prov>[\w;]*):(?P<sub>\w+):(?P<where>\S+)<warn> (?P<msg>.*)$")
 #: A WARN token that is not NCCL's (a Python ``warnings`` line, a logger's "WARN" level) must carry an
 #: NCCL-ish location or message to count.
@@ -81,7 +86,8 @@ class Problem:
 def find_problem(file: str, lineno: int, raw: str) -> dict[str, Any] | None:
     """The problem ``raw`` reports, as a JSON-ready dict (None for a line that says nothing is wrong)."""
     if not any(k in raw for k in ("WARN", " -> ", "failure", "NCCL error", "nccl", "atchdog", "Timed out",
-                                  "<warn>", "Timeout")):
+                                  "<warn>", "Timeout", "NET/", "socket", "shared memory", "posix_fallocate",
+                                  "NVLink SHARP", "Mismatched")):
         return None
     p = _classify(file, lineno, raw)
     if p is None:
@@ -120,6 +126,8 @@ def _classify(file: str, lineno: int, raw: str) -> Problem | None:
         return Problem("timeout", file, lineno, raw[m.start():].strip())
     if "<warn>" in raw and (m := _LIBFABRIC.search(raw)):
         return Problem("libfabric", file, lineno, m.group("msg"), m.group("where"))
+    if "NCCL INFO" not in raw and (m := _BARE.search(raw)):
+        return Problem("warn", file, lineno, raw[m.start():].strip(" *`"))
     return None
 
 

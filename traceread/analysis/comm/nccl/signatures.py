@@ -154,13 +154,13 @@ def _ib_completion(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[
                         "errors) and `ibstat`; on RoCE check NCCL_IB_GID_INDEX against `show_gids`. Drain the node "
                         "whose link errors.")}
     if status == 4:
-        return {"family": "gdr", "cause": (
-            f"status 4 = {name}{vendor}: the NIC was refused access to a registered buffer, typically GPU memory "
-            "registered for GPUDirect RDMA that the NIC cannot reach (nvidia-peermem/DMA-BUF problems, PCIe ACS or "
-            "the IOMMU redirecting peer traffic)"),
-            "fix": ("Check GPUDirect RDMA: nvidia-peermem loaded (or DMA-BUF: NCCL_DMABUF_ENABLE=1 on Linux >= 5.12), "
-                    "PCIe ACS disabled and IOMMU off/passthrough on bare metal; NCCL_NET_GDR_LEVEL=LOC confirms it by "
-                    "turning GPUDirect RDMA off."), "confidence": "medium"}
+        return {"family": "p2p_acs", "cause": (
+            f"status 4 = {name}{vendor}: the NIC was refused access to GPU memory registered for GPUDirect RDMA. "
+            "Usually PCIe ACS is enabled on the switches between NIC and GPU (or the IOMMU is on), which redirects the "
+            "peer-to-peer traffic GPUDirect RDMA needs"),
+            "fix": ("Confirm with NCCL_NET_GDR_LEVEL=LOC (GPUDirect RDMA off: the error should go, bandwidth drops); "
+                    "then disable PCIe ACS (BIOS, or setpci on the PLX/Broadcom switches at boot) and set the IOMMU "
+                    "off or to passthrough (iommu=pt) on bare metal."), "confidence": "medium"}
     if status == 5:
         return {"cause": f"status 5 = {name}: requests flushed after an earlier error on this queue pair",
                 "secondary": True}
