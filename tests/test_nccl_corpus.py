@@ -71,3 +71,24 @@ def test_report_on_a_pasted_log_names_the_first_error(tmp_path: Path) -> None:
     assert "/dev/shm" in answer and "No problem" not in answer
     doc = json.loads(CliRunner().invoke(cli, ["report", str(log), "--format", "json"]).stdout)
     assert doc["findings"][0]["id"] == "nccl_shm_full" and doc["findings"][0]["severity"] == "error"
+
+
+def test_beside_traces_the_nccl_error_is_the_answer(tmp_path: Path) -> None:
+    """A run folder with traces and an NCCL log holding an error: the error leads the findings, ahead of
+    any share of the step time (the job failed there)."""
+    run = tmp_path / "run"
+    res = CliRunner().invoke(cli, ["simulate", "ddp", "-o", str(run), "--ranks", "2", "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    (run / "train.log").write_text((CORPUS / "nccl_525.log").read_text())
+    doc = json.loads(CliRunner().invoke(cli, ["report", str(run), "--format", "json", "--no-cache"]).stdout)
+    assert doc["ranks"] and doc["findings"][0]["id"] == "nccl_shm_full"
+    text = CliRunner().invoke(cli, ["report", str(run), "--no-html", "--no-cache"]).output
+    assert "ANSWER: NCCL: NCCL could not create its shared-memory segment" in text.replace("\n", " ")
+
+
+def test_hang_names_the_nccl_error_of_a_job_that_failed(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text((CORPUS / "nccl_1338.log").read_text())
+    res = CliRunner().invoke(cli, ["hang", str(tmp_path)])
+    assert res.exit_code == 3
+    assert "the job failed rather than hung" in res.output and "NVLink SHARP" in res.output
+    assert "transport/nvls.cc:158" in res.output

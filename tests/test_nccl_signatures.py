@@ -239,3 +239,30 @@ def test_interleaved_processes_and_a_tail(tmp_path: Path) -> None:
     ids = [d["id"] for d in s["diagnoses"] if d["severity"] == "error"]
     assert ids[0] == "ib_completion" and "peer_closed" in ids
     assert s["diagnoses"][0]["evidence"][0].startswith("mpi.out:3: ")
+
+
+def test_nccl_older_than_the_gpu(tmp_path: Path) -> None:
+    """NCCL's default build has native sm_90 kernels from 2.15 and sm_100/sm_120 from 2.25 (makefiles/common.mk)."""
+    f = tmp_path / "old.log"
+    f.write_text("h:1:1 [0] NCCL INFO NCCL version 2.14.3+cuda11.7\n"
+                 "h:1:1 [0] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'\n")
+    d = {x["id"]: x for x in parse_nccl_logs([f], ["NVIDIA H100 80GB HBM3"])["diagnoses"]}
+    assert d["nccl_older_than_gpu"]["severity"] == "error" and "sm_90 (Hopper)" in d["nccl_older_than_gpu"]["message"]
+    assert d["arch_unsupported"]["family"] == "nccl_too_old"
+    assert "nccl_older_than_gpu" not in {x["id"] for x in parse_nccl_logs([f], ["NVIDIA A100-SXM4-80GB"])["diagnoses"]}
+    f.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+    d = {x["id"]: x for x in parse_nccl_logs([f], ["NVIDIA B200"])["diagnoses"]}
+    assert d["nccl_older_than_gpu"]["severity"] == "warning" and "2.25" in d["nccl_older_than_gpu"]["suggestion"]
+
+
+def test_a_timeout_without_its_pg_line_joins_its_collective(tmp_path: Path) -> None:
+    corpus = Path(__file__).parent / "data" / "nccl_corpus" / "basicsr_737.log"
+    (d,) = [x for x in parse_nccl_logs([corpus])["diagnoses"] if x["id"] == "collective_timeout"]
+    assert "collective #808 (ALLREDUCE) on PG 0 timed out on ranks 0, 1, 2" in d["message"]
+
+
+def test_unreadable_nccl_lines_are_counted_once(tmp_path: Path) -> None:
+    f = tmp_path / "x.log"
+    f.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nNCCL half a line\nNCCL another\n")
+    s = parse_nccl_logs([f])
+    assert s["unread"] == {"count": 2, "first": "x.log:2: NCCL half a line"}

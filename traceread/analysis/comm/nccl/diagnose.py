@@ -329,8 +329,19 @@ def init_incomplete(s: dict[str, Any]) -> list[Diagnosis]:
 
 def collective_timeout(s: dict[str, Any]) -> list[Diagnosis]:
     by_seq: dict[tuple[Any, Any, Any], list[int]] = defaultdict(list)
-    for t in s.get("timeouts") or []:
-        by_seq[(t.get("pg"), t.get("seq"), t.get("op"))].append(t["rank"] if t["rank"] is not None else -1)
+    timeouts = s.get("timeouts") or []
+    # a rank whose "Exception … detected by watchdog" line was not pasted has no PG: it timed out in the same
+    # collective as the ranks that name one, when exactly one PG has that sequence number and op
+    pgs: dict[tuple[Any, Any], set[Any]] = defaultdict(set)
+    for t in timeouts:
+        if t.get("pg") is not None:
+            pgs[(t.get("seq"), t.get("op"))].add(t.get("pg"))
+    for t in timeouts:
+        pg = t.get("pg")
+        known = pgs.get((t.get("seq"), t.get("op"))) or set()
+        if pg is None and len(known) == 1:
+            pg = next(iter(known))
+        by_seq[(pg, t.get("seq"), t.get("op"))].append(t["rank"] if t["rank"] is not None else -1)
     return [_d("collective_timeout", "error",
                f"collective #{seq} ({op or 'unknown op'}) on PG {pg if pg is not None else '?'} timed out on ranks "
                f"{_ranks(sorted(ranks))}; these ranks are victims - the culprit is a rank that never joined it "

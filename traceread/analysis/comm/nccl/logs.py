@@ -41,6 +41,9 @@ _BOOT_TIMING = re.compile(r"Bootstrap timings total ([\d.]+)")
 _UNWIND = re.compile(r"^(\S+\.(?:cc|cu|h|cpp):\d+) -> (\d+)")
 _BUSBW = re.compile(r"# Avg bus bandwidth\s*:\s*([\d.]+)")
 _WATCHDOG = "Watchdog caught collective operation timeout"
+#: Lines that name NCCL and are read without NCCL's host:pid:tid prefix (versions, c10d, nccl-tests)
+_READ_WITHOUT_PREFIX = re.compile(r"NCCL version|ProcessGroupNCCL|NCCL_\w+|NCCL INFO|nccl-tests|Watchdog|c10d|"
+                                  r"NCCL error|NCCL (?:WARN|ABORT|TRACE)")
 #: NCCL <= 2.3 listed interfaces one per line: ``NET : Using interface enp3s0:192.168.1.3<0>``
 _OLD_IFACE = re.compile(r"NET ?: Using interface (\S+?)<\d+>")
 _PLUGIN_HOST = re.compile(r"NET/Plugin ?: ?(?:No plugin found|Could not find)|Plugin Path ?: ?(\S+)|"
@@ -73,6 +76,7 @@ def empty_summary() -> dict[str, Any]:
         "warnings": [], "errors": [], "timeouts": [], "torch_messages": [], "nccl_tests_busbw_gbps": None,
         "diagnoses": [], "evidence": {}, "lines_parsed": 0, "inspector": None,
         "problems": [], "problems_total": 0, "versions_by_host": {}, "plugin_by_host": {}, "interfaces_seen": [],
+        "unread": {"count": 0, "first": None},
     }
 
 
@@ -119,6 +123,9 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
                 s["problems_total"] += 1
                 if len(s["problems"]) < MAX_PROBLEMS:
                     s["problems"].append(prob)
+            elif ln.level is None and "NCCL " in raw and not _READ_WITHOUT_PREFIX.search(raw):
+                s["unread"]["count"] += 1  # said once, in the summary, with the first such line
+                s["unread"]["first"] = s["unread"]["first"] or ln.quote()
             _context_line(s, ln, ev)
             torch_line(raw, ln.launcher_rank, timeouts, s)
             if _WATCHDOG in raw:

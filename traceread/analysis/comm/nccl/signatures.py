@@ -536,9 +536,41 @@ def _first(real: list[dict[str, Any]]) -> dict[str, Any]:
     return real[0]
 
 
+#: The first NCCL release whose default build (makefiles/common.mk NVCC_GENCODE) has native kernels
+#: for a GPU generation: sm_90 from 2.15, sm_100/sm_120 from 2.25. Older builds run there only through
+#: PTX JIT of an older architecture, if at all ("no kernel image is available").
+GPU_MIN_NCCL = (
+    (re.compile(r"\b(?:GB[23]00|B[123]00|RTX 50\d0|RTX PRO \d+ Blackwell|Blackwell)\b", re.I), (2, 25),
+     "sm_100/sm_120 (Blackwell)"),
+    (re.compile(r"\b(?:GH200|H100|H200|H800|H20)\b", re.I), (2, 15), "sm_90 (Hopper)"),
+)
+
+
+def _nccl_older_than_gpu(s: dict[str, Any], problems: list[dict[str, Any]]) -> list[Diagnosis]:
+    gpu = str((s.get("hardware") or {}).get("gpu") or "")
+    m = re.match(r"(\d+)\.(\d+)", str(s.get("version") or ""))
+    if not gpu or m is None:
+        return []
+    have = (int(m.group(1)), int(m.group(2)))
+    for pat, need, arch in GPU_MIN_NCCL:
+        if pat.search(gpu):
+            if have >= need:
+                return []
+            failed = any(re.search(r"kernel image|named symbol|invalid device function", p.get("text") or "")
+                         for p in problems)
+            return [{"id": "nccl_older_than_gpu", "severity": "error" if failed else "warning",
+                     "message": f"NCCL {s.get('version')} is older than this GPU ({gpu}): NCCL's builds have native "
+                                f"{arch} kernels from {need[0]}.{need[1]}; older ones run there only through JIT of "
+                                "an older architecture, or fail with 'no kernel image'", "family": "nccl_too_old",
+                     "evidence": _quotes(s, "version")[:2], "confidence": "medium",
+                     "suggestion": f"Use NCCL >= {need[0]}.{need[1]} (the PyTorch/container release that ships it)."}]
+    return []
+
+
 def _context_diagnoses(s: dict[str, Any], problems: list[dict[str, Any]], explained: bool) -> list[Diagnosis]:
-    """What the whole log (all files) says besides its error lines: versions and plugins per host."""
-    out: list[Diagnosis] = []
+    """What the whole log (all files) says besides its error lines: versions and plugins per host, and
+    whether this NCCL knows the GPU."""
+    out: list[Diagnosis] = _nccl_older_than_gpu(s, problems)
     by_host: dict[str, str] = s.get("versions_by_host") or {}
     versions = sorted(set(by_host.values()))
     if len(versions) > 1:
