@@ -119,7 +119,7 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
             if not msg:
                 continue
             s["lines_parsed"] += 1
-            if (prob := find_problem(fname, lineno, raw)) is not None:
+            if (prob := find_problem(fname, lineno, raw, ln.level)) is not None:
                 s["problems_total"] += 1
                 if len(s["problems"]) < MAX_PROBLEMS:
                     s["problems"].append(prob)

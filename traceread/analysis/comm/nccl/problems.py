@@ -83,15 +83,25 @@ class Problem:
         return f"{Path(self.file).name}:{self.line}: {t}"
 
 
-def find_problem(file: str, lineno: int, raw: str) -> dict[str, Any] | None:
-    """The problem ``raw`` reports, as a JSON-ready dict (None for a line that says nothing is wrong)."""
-    if not any(k in raw for k in ("WARN", " -> ", "failure", "NCCL error", "nccl", "atchdog", "Timed out",
+def find_problem(file: str, lineno: int, raw: str, level: str | None = None) -> dict[str, Any] | None:
+    """The problem ``raw`` reports, as a JSON-ready dict (None for a line that says nothing is wrong).
+
+    ``level``: NCCL's level when the line was already split (an ``INFO`` line can only be an error
+    return, ``file.cc:12 -> 2``: the common case stays one substring test)."""
+    if level == "INFO":
+        if " -> " not in raw or (m := _RETURN.search(raw)) is None:
+            return None
+        found: Problem | None = Problem("return", file, lineno, raw[m.start():].strip(),
+                                        f"{m.group('src')}:{m.group('ln')}", int(m.group("code")))
+    elif not any(k in raw for k in ("WARN", " -> ", "failure", "NCCL error", "nccl", "atchdog", "Timed out",
                                   "<warn>", "Timeout", "NET/", "socket", "shared memory", "posix_fallocate",
                                   "NVLink SHARP", "Mismatched")):
         return None
-    p = _classify(file, lineno, raw)
-    if p is None:
+    else:
+        found = _classify(file, lineno, raw)
+    if found is None:
         return None
+    p = found
     hm = _HOST_PREFIX.search(raw)
     if hm:
         p.host = hm.group("host")
