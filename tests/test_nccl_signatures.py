@@ -266,3 +266,12 @@ def test_unreadable_nccl_lines_are_counted_once(tmp_path: Path) -> None:
     f.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\nNCCL half a line\nNCCL another\n")
     s = parse_nccl_logs([f])
     assert s["unread"] == {"count": 2, "first": "x.log:2: NCCL half a line"}
+
+
+def test_no_interface_with_nccl_socket_ifname_set_names_the_setting(tmp_path: Path) -> None:
+    f = tmp_path / "job.log"
+    f.write_text("h:1:1 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to =enp90s0np0\n"
+                 "h:1:1 [0] bootstrap.cc:1290 NCCL WARN Bootstrap : no socket interface found\n")
+    d = parse_nccl_logs([f])["diagnoses"][0]
+    assert d["id"] == "no_socket_interface" and "NCCL_SOCKET_IFNAME==enp90s0np0 matches no interface" in d["message"]
+    assert "NCCL_SOCKET_IFNAME set by environment" in " ".join(d["evidence"])

@@ -129,6 +129,17 @@ def _connect(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, A
     return out
 
 
+def _no_interface(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
+    env = (s.get("env") or {}).get("NCCL_SOCKET_IFNAME") or (s.get("env") or {}).get("NCCL_OOB_NET_IFNAME")
+    if not env:
+        return {}
+    return {"cause": (f"NCCL_SOCKET_IFNAME={env} matches no interface with an address on this host: a typo, an "
+                      "interface name that differs between hosts, or the exact-match prefix '=' that this NCCL "
+                      "does not honour"),
+            "fix": ("Check `ip -br addr` on every host; use a prefix list that matches each host's name (e.g. "
+                    "NCCL_SOCKET_IFNAME=eth,en,bond) or set it per node in /etc/nccl.conf; drop a leading '='.")}
+
+
 def _ib_completion(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
     st = m.group("st") or ""
     num = st if st.isdigit() else (re.search(r"\((\d+)\)", m.string[m.end("st"):m.end("st") + 8]) or [None, ""])[1]
@@ -210,7 +221,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "network of its own (only loopback)",
               "Run the container with the host network (docker --net=host / hostNetwork) or set NCCL_SOCKET_IFNAME "
               "to an interface that exists and has an address on every node (`ip -br addr`).",
-              source="src/misc/socket.cc, src/bootstrap.cc"),
+              source="src/misc/socket.cc, src/bootstrap.cc", refine=_no_interface),
     Signature("socket_address_family", "version_mismatch", "bootstrap/socket",
               _r(r"ncclSocketInit: connecting to address .*with family (?P<fam>\d+) is neither"),
               "a peer sent a connection address NCCL cannot read (garbage address family): the ranks exchange "
