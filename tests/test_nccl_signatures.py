@@ -71,6 +71,17 @@ SOURCE_LINES = [
      "/sys/class/pci_bus/0000:1e/../../0000:1e:00.0"),
     ("nvml_not_found", "topology", P + "misc/nvmlwrap.cc:181 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found"),
     ("cuda_failure", "cuda_fault", P + "transport.cc:154 NCCL WARN Cuda failure 'invalid argument'"),
+    ("p2p_unsupported", "p2p_acs", P + "graph/paths.cc:300 NCCL WARN P2P is disabled between NVLINK connected GPUs 1 "
+     "and 2. This should not be the case given their connectivity, and is probably due to a hardware issue."),
+    ("net_count_differs", "version_mismatch", P + "init.cc:900 NCCL WARN Detected mixed local Net device counts across "
+     "ranks (min 7, max 8). Set NCCL_IGNORE_NET_MISMATCH=1 to ignore"),
+    ("duplicate_gpu", "rank_layout", P + "init.cc:748 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on "
+     "CUDA device 1a000"),
+    ("no_path_to_nic", "topology", P + "graph/paths.cc:700 NCCL WARN Could not find any local path from gpu 3 to net."),
+    ("driver_too_old", "cuda_driver", P + "enqueue.cc:3000 NCCL WARN One-sided RMA requires CUDA driver 12.5 or later "
+     "(found 12.2)."),
+    ("arch_unsupported", "nccl_too_old", P + "enqueue.cc:80 NCCL WARN cudaArch 1000 dynamic smem 82240 exceeds "
+     "device/fn maxSharedMem 79856"),
 ]
 
 
@@ -92,7 +103,8 @@ def test_each_signature_from_its_source_format(tmp_path: Path, sid: str, family:
 
 
 def test_every_signature_has_a_source_line_test_and_a_known_family() -> None:
-    tested = {sid for sid, _f, _l in SOURCE_LINES} | {"ibverbs_missing", "proxy_failed", "nvml_failed"}
+    tested = {sid for sid, _f, _l in SOURCE_LINES} | {"ibverbs_missing", "proxy_failed", "nvml_failed",
+                                                       "comm_aborted"}
     assert {sig.id for sig in CATALOGUE} <= tested
     for sig in CATALOGUE:
         assert sig.family in FAMILIES, sig.id
@@ -275,3 +287,14 @@ def test_no_interface_with_nccl_socket_ifname_set_names_the_setting(tmp_path: Pa
     d = parse_nccl_logs([f])["diagnoses"][0]
     assert d["id"] == "no_socket_interface" and "NCCL_SOCKET_IFNAME==enp90s0np0 matches no interface" in d["message"]
     assert "NCCL_SOCKET_IFNAME set by environment" in " ".join(d["evidence"])
+
+
+def test_a_consequence_is_not_the_headline(tmp_path: Path) -> None:
+    f = tmp_path / "job.log"
+    f.write_text(P + "enqueue.cc:2000 NCCL WARN ncclAllReduce: communicator was revoked\n")
+    (d,) = [x for x in parse_nccl_logs([f])["diagnoses"] if x["severity"] != "info"]
+    assert d["id"] == "comm_aborted" and d.get("secondary")  # alone, it is still named
+    f.write_text(P + "include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+                 + P + "enqueue.cc:2000 NCCL WARN ncclAllReduce: communicator was revoked\n")
+    ids = [x["id"] for x in parse_nccl_logs([f])["diagnoses"]]
+    assert ids == ["gpu_oom"]

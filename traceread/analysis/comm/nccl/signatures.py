@@ -39,7 +39,8 @@ IBV_WC_STATUS = {
 
 #: Families the catalogue names (docs/hang-and-nccl.md): the corpus scores against these.
 FAMILIES = ("interface", "shm", "p2p_acs", "gdr", "ib_fabric", "gid_roce", "ofi_efa", "nvls", "nccl_too_old",
-            "version_mismatch", "topology", "timeout", "peer_died", "gpu_oom", "cuda_driver", "cuda_fault")
+            "version_mismatch", "topology", "timeout", "peer_died", "gpu_oom", "cuda_driver", "cuda_fault",
+            "rank_layout", "aborted")
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,8 @@ CATALOGUE: tuple[Signature, ...] = (
     Signature("p2p_unsupported", "p2p_acs", "P2P/CUMEM",
               _r(r"peer access is not supported|failed to open CUDA IPC handle|cudaIpcOpenMemHandle|"
                  r"Could not enable P2P|failed to peer with device|cudaErrorPeerAccessUnsupported|"
-                 r"peer mapping resources exhausted|cuMemImportFromShareableHandle"),
+                 r"peer mapping resources exhausted|cuMemImportFromShareableHandle|"
+                 r"P2P is disabled between NVLINK connected GPUs"),
               "these GPUs cannot map each other's memory: P2P is not supported between them (PCIe ACS or the IOMMU "
               "redirecting peer traffic, a VM without P2P passthrough, or GPUs without P2P support)",
               "Check `nvidia-smi topo -p2p r`; on bare metal disable PCIe ACS and set the IOMMU to passthrough "
@@ -261,7 +263,8 @@ CATALOGUE: tuple[Signature, ...] = (
     # CUDA ------------------------------------------------------------------------------------------
     Signature("arch_unsupported", "nccl_too_old", "enqueue/kernel launch",
               _r(r"no kernel image is available|named symbol not found|invalid device function|"
-                 r"NoKernelImageForDevice|device kernel image is invalid|unsupported GPU architecture"),
+                 r"NoKernelImageForDevice|device kernel image is invalid|unsupported GPU architecture|"
+                 r"dynamic smem \d+ exceeds device/fn maxSharedMem"),
               "this NCCL (or the program) has no kernels for this GPU's architecture: it was built without the GPU's "
               "compute capability (NVCC_GENCODE) or is a release older than the GPU",
               "Use an NCCL release that supports the GPU, built for its compute capability (e.g. sm_90 for H100, "
@@ -269,7 +272,7 @@ CATALOGUE: tuple[Signature, ...] = (
               source="src/enqueue.cc (CUDACHECK)"),
     Signature("driver_too_old", "cuda_driver", "enqueue/kernel launch",
               _r(r"driver version is insufficient|forward compatibility was attempted|InsufficientDriver|"
-                 r"CUDA driver is a stub"),
+                 r"CUDA driver is a stub|requires CUDA driver [\d.]+ or later"),
               "the GPU driver is older than the CUDA runtime this NCCL/PyTorch was built with",
               "Install a driver that supports the CUDA version (nvidia-smi shows the highest it supports), or use "
               "a build for an older CUDA."),
@@ -399,6 +402,31 @@ CATALOGUE: tuple[Signature, ...] = (
               _r(r"Mismatched NCCL version|version mismatch|NCCL version mismatch"),
               "the ranks run different NCCL versions, which cannot talk to each other",
               "Load one libnccl everywhere (same wheel/container on every host).", source="src/init.cc"),
+    Signature("net_count_differs", "version_mismatch", "init",
+              _r(r"Detected mixed local (?:Coll)?Net device counts across ranks"),
+              "the hosts see different numbers of NICs (a NIC down or missing on some host, or NCCL_IB_HCA set "
+              "differently), so NCCL cannot pair them rail to rail",
+              "Compare `ibv_devinfo`/`ibstat` across the hosts and fix or drain the one with a NIC missing; keep "
+              "NCCL_IB_HCA the same everywhere.", source="src/init.cc"),
+    Signature("duplicate_gpu", "rank_layout", "init",
+              _r(r"Duplicate GPU detected"),
+              "two ranks of one communicator use the same GPU: each process must drive its own GPU",
+              "Select the GPU by LOCAL_RANK (torch.cuda.set_device(local_rank)) before init_process_group, and check "
+              "CUDA_VISIBLE_DEVICES per process.", source="src/init.cc"),
+    Signature("comm_aborted", "aborted", "init",
+              _r(r"communicator was revoked|is in abort state|Attempt to use communicator before the previous "
+                 r"operation returned ncclSuccess|Comm \S+ is in abort state"),
+              "the communicator had already failed or been aborted (by an earlier error or by the watchdog)",
+              "Read the earlier error of this rank: this line is its consequence.", confidence="low",
+              source="src/init.cc, src/enqueue.cc, src/proxy.cc", secondary=True),
+    Signature("no_path_to_nic", "topology", "init/topology",
+              _r(r"Could not find any local path from gpu \d+ to net|Could not find NIC for rank|"
+                 r"localHostHash = \S+ not found|Could not find intermediate GPU"),
+              "NCCL could not place the NICs or this host in its topology (a NIC it cannot reach from the GPU, or "
+              "hosts that look identical to it: same hostname / NCCL_HOSTID)",
+              "Give every host a distinct hostname (or NCCL_HOSTID), check NCCL_IB_HCA/NCCL_NET selects NICs this "
+              "host has; NCCL_TOPO_FILE for VMs.", confidence="medium",
+              source="src/graph/paths.cc, src/graph/search.cc, src/graph/topo.cc"),
     Signature("topology_failed", "topology", "init/topology",
               _r(r"Could not find real path|Topology detection|ncclTopo\w*.*fail|unable to find GPU|XML Mismatch|"
                  r"Could not find NET with id|Failed to find reverse path|Could not get GPU|topo.*fail|"
