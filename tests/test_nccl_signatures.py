@@ -298,3 +298,11 @@ def test_a_consequence_is_not_the_headline(tmp_path: Path) -> None:
                  + P + "enqueue.cc:2000 NCCL WARN ncclAllReduce: communicator was revoked\n")
     ids = [x["id"] for x in parse_nccl_logs([f])["diagnoses"]]
     assert ids == ["gpu_oom"]
+
+
+def test_a_timeout_nothing_explains_is_still_named(tmp_path: Path) -> None:
+    f = tmp_path / "store.log"
+    f.write_text("  File \"torch/distributed/elastic/utils/store.py\", line 31, in get_all\n"
+                 "RuntimeError: Socket Timeout\n")
+    (d,) = parse_nccl_logs([f])["diagnoses"]
+    assert d["id"] == "timeout_logged" and d["family"] == "timeout" and "Socket Timeout" in d["message"]

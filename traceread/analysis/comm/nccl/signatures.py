@@ -490,7 +490,7 @@ def diagnose_problems(s: dict[str, Any], said: set[str]) -> list[Diagnosis]:
     if primary:
         out = [d for d in out if not d.get("secondary") or d["severity"] == "info"]
     out += _context_diagnoses(s, problems, bool(primary) or bool(said & _ERROR_IDS))
-    real = [p for p in problems if p.get("kind") not in ("libfabric", "timeout") and not _benign(p)]
+    real = [p for p in problems if p.get("kind") != "libfabric" and not _benign(p)]
     if real and not any(d["severity"] == "error" for d in out) and not (said & _ERROR_IDS):
         out.append(unexplained(s, real))
     return out
@@ -539,6 +539,14 @@ def _quotes(s: dict[str, Any], topic: str) -> list[str]:
 def unexplained(s: dict[str, Any], real: list[dict[str, Any]]) -> Diagnosis:
     """The first error, named plainly, when no signature knows it."""
     p = _first(real)
+    if p.get("kind") == "timeout":
+        return {"id": "timeout_logged", "severity": "error", "family": "timeout", "confidence": "low",
+                "message": f"a timeout was logged and no earlier line says why: \"{_short(p.get('text') or '')}\" — "
+                           "a rank stopped answering (hung, died, or its host lost the network) or a rendezvous "
+                           "never completed", "evidence": [x["quote"] for x in real[:4]], "subsystem": "PyTorch c10d",
+                "first_line": p["quote"],
+                "suggestion": "Run `traceread hang` on the run folder; check every rank's log for the earliest "
+                              "error and MASTER_ADDR/MASTER_PORT reachability for a rendezvous timeout."}
     sub = subsystem(p.get("src"), p.get("text") or "")
     code = p.get("code")
     meaning = ""
@@ -568,7 +576,7 @@ def unexplained(s: dict[str, Any], real: list[dict[str, Any]]) -> Diagnosis:
 
 def _first(real: list[dict[str, Any]]) -> dict[str, Any]:
     """The root error: a WARN (NCCL prints it where the failure is) before the unwinding it causes."""
-    for kind in ("warn", "test", "torch", "return"):
+    for kind in ("warn", "test", "torch", "return", "timeout"):
         for p in real:
             if p.get("kind") == kind:
                 return p
