@@ -306,3 +306,16 @@ def test_a_timeout_nothing_explains_is_still_named(tmp_path: Path) -> None:
                  "RuntimeError: Socket Timeout\n")
     (d,) = parse_nccl_logs([f])["diagnoses"]
     assert d["id"] == "timeout_logged" and d["family"] == "timeout" and "Socket Timeout" in d["message"]
+
+
+def test_old_bootstrap_list_with_a_veth_pair(tmp_path: Path) -> None:
+    """NCCL <= 2.18 lists every bootstrap interface (`Bootstrap : Using [0]eno1:… [1]veth…:fe80::…`): a veth pair
+    with a link-local address beside the real NIC is named, and the fix is NCCL_SOCKET_IFNAME=eno1."""
+    f = tmp_path / "w.log"
+    f.write_text("w:1:1 [0] NCCL INFO Bootstrap : Using [0]eno1:172.18.40.41<0> [1]veth25f2:fe80::38%veth25f2<0>\n"
+                 "w:1:1 [0] NCCL INFO Call to connect returned Connection timed out, retrying\n"
+                 "w:1:9 [0] include/socket.h:403 NCCL WARN Connect to fe80::12%veth25f2<40405> failed : Connection "
+                 "timed out\n")
+    d = parse_nccl_logs([f])["diagnoses"][0]
+    assert d["id"] == "connect_failed" and "veth25f2" in d["message"]
+    assert "NCCL_SOCKET_IFNAME=eno1" in d["suggestion"]

@@ -78,7 +78,7 @@ def interfaces(s: dict[str, Any]) -> list[str]:
     out: list[str] = []
     for x in list(s.get("socket_interfaces") or []) + list(s.get("bootstrap_interfaces") or []) + \
             list(s.get("interfaces_seen") or []):
-        x = re.sub(r"<\d+>$", "", str(x))
+        x = re.sub(r"^\[\d+\]|<\d+>$", "", str(x))
         if x not in out:
             out.append(x)
     return out
@@ -120,6 +120,11 @@ def _iface_note(s: dict[str, Any]) -> str:
 
 def _connect(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
     note = _iface_note(s)
+    target = re.search(r"(?:Connect to|connect to|Call to connect .*?to) \[?([0-9A-Fa-f.:]+)(?:%(\w+))?", m.string)
+    if target and (UNROUTABLE_ADDR.match(target.group(1)) or VIRTUAL_IFACE.match(target.group(2) or "-")):
+        via = f" through {target.group(2)}" if target.group(2) else ""
+        note += (f"; the address it dialled, {target.group(1)}{via}, is link-local or loopback and routes nowhere "
+                 "outside its host")
     out: dict[str, Any] = {}
     if note:
         out["cause"] = ("NCCL could not open a TCP connection to a peer because it used an interface the other "
