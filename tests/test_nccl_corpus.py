@@ -92,3 +92,16 @@ def test_hang_names_the_nccl_error_of_a_job_that_failed(tmp_path: Path) -> None:
     assert res.exit_code == 3
     assert "the job failed rather than hung" in res.output and "NVLink SHARP" in res.output
     assert "transport/nvls.cc:158" in res.output
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_report_on_each_corpus_paste_names_a_problem(tmp_path: Path, entry: dict) -> None:
+    """`traceread report` on a folder holding just the paste (any name, any suffix it was saved with): the log is
+    found by its content, and the ANSWER is never "No problem found"."""
+    paste = tmp_path / "pasted.txt"
+    paste.write_text((CORPUS / f"{entry['id']}.log").read_text())
+    res = CliRunner().invoke(cli, ["report", str(tmp_path), "--no-html", "--no-cache"])
+    assert res.exit_code == 0, res.output
+    answer = res.output.split("ANSWER: ", 1)[1].split("\n")[0]
+    assert not answer.startswith("No problem"), (entry["id"], answer)
+    assert answer.startswith("NCCL: "), (entry["id"], answer)
