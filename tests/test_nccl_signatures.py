@@ -319,3 +319,15 @@ def test_old_bootstrap_list_with_a_veth_pair(tmp_path: Path) -> None:
     d = parse_nccl_logs([f])["diagnoses"][0]
     assert d["id"] == "connect_failed" and "veth25f2" in d["message"]
     assert "NCCL_SOCKET_IFNAME=eno1" in d["suggestion"]
+
+
+def test_the_line_after_pytorchs_last_error_is_nccls_warn(tmp_path: Path) -> None:
+    f = tmp_path / "trace.txt"
+    f.write_text("[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, invalid usage "
+                 "(run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\n"
+                 "[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+                 "[rank1]: Last error:\n"
+                 "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 2000\n")
+    s = parse_nccl_logs([f])
+    assert s["diagnoses"][0]["id"] == "duplicate_gpu"
+    assert s["problems"][-1]["text"] == "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 2000"

@@ -24,7 +24,7 @@ from traceread.analysis.comm.nccl.files import nccl_logs_under
 from traceread.analysis.comm.nccl.inspector import inspector_files_under, read_inspector, with_peaks
 from traceread.analysis.comm.nccl.lines import LogLine, iter_raw_lines, split_line
 from traceread.analysis.comm.nccl.network import KEEP, NetTracker
-from traceread.analysis.comm.nccl.problems import MAX_PROBLEMS, find_problem
+from traceread.analysis.comm.nccl.problems import MAX_PROBLEMS, find_problem, last_error
 from traceread.analysis.comm.nccl.torch_lines import torch_line
 
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -109,6 +109,7 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
     timeouts: dict[tuple[int | None, int | None, str | None], dict[str, Any]] = {}
     unwind_codes: Counter[str] = Counter()
     comms, net, ev = CommTracker(), NetTracker(), _Evidence()
+    after_last_error: tuple[str, int] | None = None  # PyTorch prints NCCL's last WARN on the line after it
 
     for fname, lineno, raw in iter_raw_lines(paths):
         try:
@@ -119,7 +120,12 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
             if not msg:
                 continue
             s["lines_parsed"] += 1
-            if (prob := find_problem(fname, lineno, raw, ln.level)) is not None:
+            prob = find_problem(fname, lineno, raw, ln.level)
+            if prob is None and after_last_error == (fname, lineno - 1):
+                prob = last_error(fname, lineno, raw)
+            if raw.rstrip().endswith("Last error:"):
+                after_last_error = (fname, lineno)
+            if prob is not None:
                 s["problems_total"] += 1
                 if len(s["problems"]) < MAX_PROBLEMS:
                     s["problems"].append(prob)

@@ -141,6 +141,17 @@ def _classify(file: str, lineno: int, raw: str) -> Problem | None:
     return None
 
 
+def last_error(file: str, lineno: int, raw: str) -> dict[str, Any] | None:
+    """The line after PyTorch's ``Last error:``: NCCL's last WARN text, without its prefix or WARN token
+    (``Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000``)."""
+    text = re.sub(r"^\s*(?:\[rank\d+\]:\s*)?", "", raw).strip()
+    if not text:
+        return None
+    p = Problem("warn", file, lineno, text)
+    return {"kind": p.kind, "file": p.file, "line": p.line, "text": text[:600], "src": None, "code": None,
+            "host": None, "quote": p.quote(raw)}
+
+
 def subsystem(src: str | None, text: str = "") -> str:
     """Which part of NCCL a source location (or, without one, the message) belongs to."""
     s = (src or "").lower()
