@@ -331,3 +331,16 @@ def test_the_line_after_pytorchs_last_error_is_nccls_warn(tmp_path: Path) -> Non
     s = parse_nccl_logs([f])
     assert s["diagnoses"][0]["id"] == "duplicate_gpu"
     assert s["problems"][-1]["text"] == "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 2000"
+
+
+def test_shm_words_follow_the_error(tmp_path: Path) -> None:
+    """"No space left" is /dev/shm too small; "attaching ... No such file" is processes that do not share it."""
+    f = tmp_path / "a.log"
+    f.write_text(P + "misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-x "
+                 "(size 14156128), error: No such file or directory (2)\n")
+    d = parse_nccl_logs([f])["diagnoses"][0]
+    assert d["id"] == "shm_full" and "do not share /dev/shm" in d["message"] and "--ipc=host" in d["suggestion"]
+    f.write_text(P + "misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
+                 "(size 9637888), error: No space left on device (28)\n")
+    d = parse_nccl_logs([f])["diagnoses"][0]
+    assert "64 MB by default" in d["message"] and "(this segment: 9.2 MiB)" in d["message"]

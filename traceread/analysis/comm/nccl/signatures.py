@@ -146,6 +146,21 @@ def _no_interface(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[s
                     "NCCL_SOCKET_IFNAME=eth,en,bond) or set it per node in /etc/nccl.conf; drop a leading '='.")}
 
 
+def _shm(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
+    text = m.string
+    if "attaching" in text or "No such file" in text:
+        return {"cause": ("a process could not open the shared-memory segment its peer created in /dev/shm: the "
+                          "processes do not share /dev/shm (separate containers or IPC namespaces), the segment was "
+                          "removed while in use (systemd RemoveIPC, a /dev/shm cleaner), or an NCCL bug in this release"),
+                "fix": ("Run every process of a node in one IPC namespace (--ipc=host, or one pod), keep RemoveIPC=no; "
+                        "if that holds, try another NCCL release. NCCL_SHM_DISABLE=1 avoids it at a bandwidth cost."),
+                "confidence": "medium"}
+    size = re.search(r"\(size (\d+)\)|to (\d+) bytes", text)
+    asked = f" (this segment: {int(size.group(1) or size.group(2)) / 2**20:.1f} MiB)" if size else ""
+    return {"cause": ("NCCL could not create its shared-memory segment in /dev/shm: it is full or too small; in a "
+                      f"container /dev/shm is 64 MB by default (Docker), less than NCCL's segments need{asked}")}
+
+
 def _ib_completion(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
     st = m.group("st") or ""
     num = st if st.isdigit() else (re.search(r"\((\d+)\)", m.string[m.end("st"):m.end("st") + 8]) or [None, ""])[1]
@@ -207,6 +222,12 @@ def _peer(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]
 
 
 def _p2p(m: re.Match[str], s: dict[str, Any], sig: Signature) -> dict[str, Any]:
+    if "peer mapping resources exhausted" in m.string:
+        return {"cause": ("CUDA ran out of peer mappings: each GPU supports at most eight peer connections "
+                          "(cudaDeviceEnablePeerAccess), so more than 8 GPUs in one process, or other libraries "
+                          "enabling peer access too, exhaust them"),
+                "fix": ("Use one process per GPU (torchrun) instead of one process driving more than 8 GPUs, or "
+                        "NCCL_P2P_DISABLE=1 for that job.")}
     if "shm" in (s.get("_src") or ""):
         return {"cause": ("NCCL's shared-memory transport maps host memory through the CUDA cuMem API, which needs "
                           "P2P access these GPUs do not have (NCCL 2.27 transport/shm.cc)"),
@@ -244,7 +265,7 @@ CATALOGUE: tuple[Signature, ...] = (
               "default (Docker), far less than NCCL needs for 8 GPUs",
               "Give the container more /dev/shm: docker --shm-size=16g or --ipc=host; in Kubernetes mount an "
               "emptyDir with medium: Memory at /dev/shm. NCCL_SHM_DISABLE=1 avoids it at a bandwidth cost.",
-              source="src/misc/shmutils.cc (older: src/include/shm.h)"),
+              source="src/misc/shmutils.cc (older: src/include/shm.h)", refine=_shm),
     # P2P / CUMEM / ACS -----------------------------------------------------------------------------
     Signature("p2p_unsupported", "p2p_acs", "P2P/CUMEM",
               _r(r"peer access is not supported|failed to open CUDA IPC handle|cudaIpcOpenMemHandle|"
@@ -308,6 +329,12 @@ CATALOGUE: tuple[Signature, ...] = (
               "GID), so queue pairs cannot connect",
               "Unset NCCL_IB_GID_INDEX to let NCCL pick (>= 2.21), or set it to the RoCE v2 IPv4 entry `show_gids` "
               "lists on every node.", source="src/transport/net_ib.cc"),
+    Signature("ofi_mr_failed", "gdr", "the aws-ofi-nccl plugin",
+              _r(r"NET/OFI .*(?:register memory|registration|MR key allocation failed|Couldn't register memory)"),
+              "EFA could not register a buffer: GPU memory needs GPUDirect RDMA support (an EFA driver with "
+              "GPUDirect, DMA-BUF or nvidia-peermem) and host memory a large enough locked-memory limit",
+              "Check the EFA driver supports GPUDirect on this instance type, `ulimit -l unlimited` in the container, "
+              "and FI_EFA_USE_DEVICE_RDMA.", confidence="medium", source="aws-ofi-nccl nccl_ofi_rdma.cpp"),
     Signature("ib_reg_failed", "gdr", "net/IB",
               _r(r"ibv_reg_(?:dmabuf_)?mr\b.*fail|Failed to register memory|Unable to register memory|"
                  r"ibv_reg_mr failed|reg_mr failed"),
@@ -356,12 +383,6 @@ CATALOGUE: tuple[Signature, ...] = (
               "the libfabric on this machine is older than aws-ofi-nccl needs for EFA",
               "Install a current EFA installer (it brings libfabric), or use the container's own libfabric "
               "(/opt/amazon/efa) first on LD_LIBRARY_PATH.", source="aws-ofi-nccl nccl_ofi_net.cpp"),
-    Signature("ofi_mr_failed", "gdr", "the aws-ofi-nccl plugin",
-              _r(r"NET/OFI .*(?:register memory|registration|MR key allocation failed|Couldn't register memory)"),
-              "EFA could not register a buffer: GPU memory needs GPUDirect RDMA support (an EFA driver with "
-              "GPUDirect, DMA-BUF or nvidia-peermem) and host memory a large enough locked-memory limit",
-              "Check the EFA driver supports GPUDirect on this instance type, `ulimit -l unlimited` in the container, "
-              "and FI_EFA_USE_DEVICE_RDMA.", confidence="medium", source="aws-ofi-nccl nccl_ofi_rdma.cpp"),
     Signature("ofi_no_provider", "ofi_efa", "the aws-ofi-nccl plugin",
               _r(r"Could not find any optimal provider|No eligible providers|Couldn't find any optimal provider|"
                  r"Couldn't open a fabric (?:provider|access domain)|"
