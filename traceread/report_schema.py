@@ -390,7 +390,15 @@ class NcclSummary(TypedDict, total=False):
     torch_messages: list[dict[str, Any]]
     nccl_tests_busbw_gbps: float | None
     evidence: dict[str, list[str]]  # topic -> the first lines quoted ("file:line: text"), what diagnoses cite
-    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion
+    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion; from the
+    #   failure catalogue also family, confidence, subsystem, first_line (and secondary)
+    problems: list[dict[str, Any]]  # every line that says something is wrong, in order (at most 400): kind
+    #   (warn|return|test|torch|timeout|libfabric), file, line, text, src, code (ncclResult_t), host, quote
+    problems_total: int
+    versions_by_host: dict[str, str]  # host (or file, unprefixed) -> the NCCL version it printed
+    plugin_by_host: dict[str, str]  # host -> "no external plugin" | "an external plugin (libnccl-net)"
+    interfaces_seen: list[str]  # NCCL <= 2.3's "NET : Using interface name:addr" lines
+    unread: dict[str, Any]  # count, first: lines that name NCCL but could not be read
     inspector: dict[str, Any] | None  # NCCL Inspector files: files, records, p2p_records, bad_lines, truncated,
     #   format_versions, comms [{comm_id, comm_name, nranks, nnodes, ranks_seen, hosts, peak_gbps, peak_link,
     #   collectives [{coll, msg_bytes, count, median_transfer_us, median_busbw_gbs, best_busbw_gbs, wait_us,

@@ -88,6 +88,21 @@ def _failure(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _nccl_error(run_dir: Path) -> str | None:
+    """The NCCL logs' first error diagnosis, for a folder with no hang evidence (a job that died)."""
+    from traceread.analysis.hang.sources import load_sources
+
+    try:
+        nccl = load_sources(run_dir).nccl or {}
+    except (TraceReadError, OSError):
+        return None
+    d = next((d for d in nccl.get("diagnoses") or [] if d.get("severity") == "error"), None)
+    if d is None:
+        return None
+    first = f" [{d['first_line']}]" if d.get("first_line") else ""
+    return f"{d['message']}{first}" + (f" CHANGE: {d['suggestion']}" if d.get("suggestion") else "")
+
+
 @click.command("hang")
 @click.argument("run_dir", metavar="PATH", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
@@ -145,6 +160,9 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None, worker
     if diag is None:
         click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump with an unfinished collective, "
                    "stack dump, hang.json, watchdog timeout or timeout error file)", err=True)
+        failed = _nccl_error(run_dir)
+        if failed:
+            click.echo(f"but the NCCL logs report an error (the job failed rather than hung): {clean(failed)}")
         ctx.exit(EXIT_NO_TRACES)
         return
     write_output(output, json.dumps(diag.entry, indent=1) + "\n" if fmt == "json" else _text(diag) + "\n")

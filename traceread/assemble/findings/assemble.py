@@ -35,6 +35,10 @@ def _nccl_alone(report: Report) -> list[Finding]:
     return out
 
 
+def _nccl_error(f: Finding) -> bool:
+    return f["id"].startswith("nccl_") and f.get("severity") == "error"
+
+
 def _kept(f: Finding) -> bool:
     if f["id"] in ("failure", "hang", "slow_steps") or f["id"].startswith("nccl_"):
         return True
@@ -60,7 +64,9 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     found = failure(report, win) + hang(report, win)  # the job died / stopped: why leads
     found += ledger_findings(report, win, warn) if win is not None else _nccl_alone(report)
     keep = [f for f in found if _kept(f)]
-    keep.sort(key=lambda f: (f["id"] != "failure", f["id"] != "hang", -f["impact_us_per_step"]))
+    # why the job died or stopped leads; an NCCL error (a WARN, a failed call, a timeout) means the job
+    # failed or hung there, so it comes before the shares of time, which describe a job that ran
+    keep.sort(key=lambda f: (f["id"] != "failure", f["id"] != "hang", not _nccl_error(f), -f["impact_us_per_step"]))
     from traceread.assemble.findings.memory import memory_findings
 
     # Memory findings cost no step time and come after the time findings, except an out-of-memory
