@@ -31,7 +31,7 @@ def free_port() -> int:
 
 
 def collect(run: Path, job_args: list[str], collect_args: list[str] = (), env: dict[str, str] | None = None,
-            timeout: float = 90) -> subprocess.CompletedProcess:
+            timeout: float = 300) -> subprocess.CompletedProcess:
     """``traceread collect -o run [collect_args] -- python -m torch.distributed.run ... ddp_train.py job_args``."""
     # The short window of these 6-step jobs (the defaults want 19 steps); a test's own flags come later and win.
     cmd = [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), *SHORT_WINDOW, *collect_args, "--",
@@ -137,7 +137,7 @@ def test_straggler_rank_waits_show_in_traces(tmp_path: Path) -> None:
 def test_hang_detected_dumped_and_killed(tmp_path: Path) -> None:
     run = tmp_path / "run"
     res = collect(run, ["--steps", "50", "--hang-rank", "1", "--hang-step", "3"],
-                  ["--hang-timeout", "4", "--on-hang", "kill", "--dump-grace", "5"])
+                  ["--hang-timeout", "4", "--on-hang", "kill", "--dump-grace", "60"])
     assert res.returncode != 0
     assert "HANG: no optimizer step" in res.stderr
     hang = json.loads((run / "hang.json").read_text())
