@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (see README):
 #   make demo   installs traceread and reports on a sample run
-#   make test   installs traceread with its test tools and runs the whole suite
+#   make test   installs traceread with its test tools and runs the whole suite, in random order
+#               (the seed is the summary's last lines: --randomly-seed=N repeats an order)
 # and for contributors:
 #   make lint   ruff (lint + import order) and mypy, configured in pyproject.toml
 #   make reports  regenerates the report gallery in reports/
@@ -28,7 +29,7 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev
 	bash scripts/ensure-chromium.sh
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -p randomly
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check traceread tests bench scripts collectors

@@ -336,6 +336,14 @@ def _install_faulthandler(state: _State) -> None:
     if signum is None:
         _log(state, "no free real-time signal: no C-level stack fallback in this rank")
         return
+    try:
+        # What faulthandler puts back when it lets go of the signal (interpreter shutdown): "ignore",
+        # not the default action (end the process), so a fallback dump asked for while the job is
+        # exiting (a slow exit past the hang timeout) cannot kill it. Exec'd children still start
+        # with the default: exec resets a handler, and until shutdown the handler is faulthandler's.
+        signal.signal(signum, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread: as before, the default action comes back
+        pass
     faulthandler.register(signum, file=state.stacks_file, all_threads=True, chain=False)
     state.info["signals"]["stacks"] = _signal_name(signum)
     state.info["stack_signal"] = signum
