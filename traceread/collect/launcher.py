@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collect.env import collect_env
+from traceread.collect.job_profiler import job_profilers, summary_line
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
@@ -498,8 +499,11 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
         lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
         if partial:
             p = next(iter(partial.values()))
-            lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
+            cut = "the job started its own profiler" if "profiler" in str(p.get("cut_by")) else "the job ended"
+            lines.append(f"  partial: {cut} after traceread recorded {p.get('recorded')} of the --active {p.get('active')} "
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
+    elif job_profilers(ranks):
+        lines.append("  traces:  none from traceread: it stepped aside for the job's own profiler (below)")
     elif opts.profile and opts.inject:
         why = _no_trace_note(host_dir, opts)
         lines.append("  traces:  none — " + (why if why else
@@ -508,11 +512,14 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
                                            (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),
                                            (len(list((host_dir / "fr").glob("*"))), "Flight Recorder dump(s)"))
               if n]
+    own = summary_line(ranks)
+    if own:
+        lines.append("  " + own)
     if extras:
         lines.append("  also:    " + ", ".join(extras))
     quoted = shlex.quote(str(run_root))
     nxt = []
-    if traces:
+    if traces or any(j.get("traces") for j in job_profilers(ranks).values()):
         nxt.append(f"traceread report {quoted}")
     if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
         nxt.append(f"traceread hang {quoted}")
