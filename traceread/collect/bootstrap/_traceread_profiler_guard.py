@@ -24,7 +24,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _LOCAL = threading.local()
 #: at most this many trace files are remembered per rank (a job that profiles every N steps forever)
@@ -103,7 +106,7 @@ def install(torch: Any, guard: Guard) -> Guard:
                          (legacy, "_enable_profiler_legacy")):
         orig = getattr(module, name, None) if module is not None else None
         if callable(orig):
-            _patch(guard, module, name, _wrap_start(guard, orig, f"{module.__name__}.{name}"))
+            _patch(guard, module, name, _wrap_start(guard, orig, f"{getattr(module, '__name__', '?')}.{name}"))
     kineto = getattr(sys.modules.get("torch.profiler.profiler"), "_KinetoProfile", None)
     for cls in (kineto, getattr(autograd_prof, "profile", None), getattr(legacy, "profile", None)):
         orig = getattr(cls, "export_chrome_trace", None) if cls is not None else None
@@ -165,7 +168,7 @@ def _calling_profiler() -> Any:
                               getattr(sys.modules.get("torch.autograd.profiler_legacy"), "profile", None))
                   if isinstance(c, type))
     found = None
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(16):
         if frame is None:
             break
@@ -182,7 +185,8 @@ def _handler_dirs(handler: Any) -> list[str]:
     """Folders a trace handler writes to: string closure variables named like a path
     (``tensorboard_trace_handler``'s ``dir_name``), through ``functools.partial`` and nested closures."""
     out: list[str] = []
-    todo, seen = [handler], set()
+    todo: list[Any] = [handler]
+    seen: set[int] = set()
     while todo and len(seen) < 16:
         fn = todo.pop()
         if fn is None or id(fn) in seen:
