@@ -2,11 +2,11 @@
 profiler callbacks and Megatron's ``--profile`` do. Knows nothing about traceread.
 
 Loop iteration ``i`` (0-based) ends with optimizer step ``i + 1``. The job profiles iterations
-``--start`` .. ``--start + --count - 1`` with one of four APIs (``--api``):
+``--first`` .. ``--first + --iters - 1`` with one of four APIs (``--api``):
 
 * ``schedule``: ``torch.profiler.profile(schedule=..., on_trace_ready=tensorboard_trace_handler(DIR))``
   entered before the loop, ``prof.step()`` after every iteration (the profiler's own step count);
-* ``startstop``: ``prof.start()`` at iteration ``start``, ``prof.stop()`` + ``export_chrome_trace``
+* ``startstop``: ``prof.start()`` at iteration ``first``, ``prof.stop()`` + ``export_chrome_trace``
   after the last one;
 * ``context``: ``with torch.profiler.profile() as prof:`` around those iterations, then export;
 * ``autograd``: the older ``torch.autograd.profiler.profile`` context, then export.
@@ -30,8 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=22)
     ap.add_argument("--api", choices=("schedule", "startstop", "context", "autograd"), default="schedule")
-    ap.add_argument("--start", type=int, default=10)
-    ap.add_argument("--count", type=int, default=5)
+    ap.add_argument("--first", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--trace-dir", default="job_traces")
     args = ap.parse_args()
 
@@ -48,17 +48,17 @@ def main() -> None:
     if args.api == "schedule":
         sched = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
-            schedule=torch.profiler.schedule(wait=max(0, args.start - 1), warmup=min(1, args.start),
-                                             active=args.count, repeat=1),
+            schedule=torch.profiler.schedule(wait=max(0, args.first - 1), warmup=min(1, args.first),
+                                             active=args.iters, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir, worker_name=f"rank{rank}"))
         sched.start()
     manual: Any = None
     ctx: contextlib.ExitStack | None = None
     for i in range(args.steps):
-        if i == args.start and args.api == "startstop":
+        if i == args.first and args.api == "startstop":
             manual = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             manual.start()
-        if i == args.start and args.api in ("context", "autograd"):
+        if i == args.first and args.api in ("context", "autograd"):
             ctx = contextlib.ExitStack()
             manual = ctx.enter_context(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                                        if args.api == "context" else torch.autograd.profiler.profile())
@@ -68,7 +68,7 @@ def main() -> None:
         opt.step()
         if sched is not None:
             sched.step()
-        if i == args.start + args.count - 1 and manual is not None:
+        if i == args.first + args.iters - 1 and manual is not None:
             if ctx is not None:
                 ctx.close()
             else:
