@@ -111,6 +111,10 @@ def test_job_profiler_never_crashes_the_job(tmp_path: Path, collect_args: list[s
     assert f"its traces (2 file(s)): {job_dir}" in text
     assert "optimizer step(s)" not in text  # never the 'job ran 1 optimizer step(s)' of a crashed run
     assert ("none from traceread" in text) == (not ours)
+    if partial:
+        kept = doc["ranks"]["0"]["partial"]["recorded"]
+        assert (f"partial: the job started its own profiler after traceread recorded {kept} of the --active "
+                f"{collect_args[5]} steps on 2 rank(s)") in text
     # the report reads traceread's traces, else the job's own, and says which
     rep = subprocess.run([sys.executable, "-m", "traceread.cli", "report", str(run), "--format", "json"],
                          capture_output=True, text=True, timeout=600)

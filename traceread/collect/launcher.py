@@ -499,8 +499,9 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
         lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
         if partial:
             p = next(iter(partial.values()))
-            cut = "the job started its own profiler" if "profiler" in str(p.get("cut_by")) else "the job ended"
-            lines.append(f"  partial: {cut} after traceread recorded {p.get('recorded')} of the --active {p.get('active')} "
+            cut = ("the job started its own profiler after traceread recorded" if "profiler" in str(p.get("cut_by"))
+                   else "the job ended after recording")
+            lines.append(f"  partial: {cut} {p.get('recorded')} of the --active {p.get('active')} "
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
     elif job_profilers(ranks):
         lines.append("  traces:  none from traceread: it stepped aside for the job's own profiler (below)")
