@@ -7,8 +7,9 @@ the session under traceread's, and traceread's export later reads freed state: S
 the module-level ``_prepare_profiler`` / ``_enable_profiler`` that ``torch.autograd.profiler`` calls
 (``torch.profiler.profile``, ``_KinetoProfile``, ``torch.autograd.profiler.profile``, ``emit_nvtx``,
 ``emit_itt``) and ``_enable_profiler_legacy`` of ``torch.autograd.profiler_legacy`` — and before the
-job's first call goes on, ``on_job_profiler`` (the rank module) closes traceread's window. traceread's
-own calls run inside :func:`ours` and pass straight through.
+job's first call goes on, ``on_job_profiler`` (the rank module) closes traceread's window (the same
+functions are also wrapped where ``torch.autograd`` exposes them). traceread's own calls run inside
+:func:`ours` and pass straight through.
 
 Where the job's traces go is read from its profiler's ``on_trace_ready`` (``tensorboard_trace_handler``'s
 ``dir_name`` in the closure) and from every ``export_chrome_trace`` the job calls, so the report can read
@@ -102,8 +103,11 @@ def install(torch: Any, guard: Guard) -> Guard:
     """Patch the profiler entry points of ``torch`` (already imported by the job) to report to ``guard``."""
     autograd_prof = sys.modules.get("torch.autograd.profiler") or getattr(torch.autograd, "profiler", None)
     legacy = sys.modules.get("torch.autograd.profiler_legacy")
-    for module, name in ((autograd_prof, "_prepare_profiler"), (autograd_prof, "_enable_profiler"),
-                         (legacy, "_enable_profiler_legacy")):
+    starts = [(autograd_prof, "_prepare_profiler"), (autograd_prof, "_enable_profiler"),
+              (legacy, "_enable_profiler_legacy")]
+    # the same functions where torch.autograd exposes them, for code that calls them there directly
+    starts += [(torch.autograd, n) for n in ("_prepare_profiler", "_enable_profiler", "_enable_profiler_legacy")]
+    for module, name in starts:
         orig = getattr(module, name, None) if module is not None else None
         if callable(orig):
             _patch(guard, module, name, _wrap_start(guard, orig, f"{getattr(module, '__name__', '?')}.{name}"))
