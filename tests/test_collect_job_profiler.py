@@ -109,7 +109,8 @@ def test_job_profiler_never_crashes_the_job(tmp_path: Path, collect_args: list[s
     text = "\n".join(summary)
     assert f"the job ran its own profiler from step {from_step} on 2 rank(s); traceread stepped aside" in text
     assert f"its traces (2 file(s)): {job_dir}" in text
-    assert "optimizer step(s)" not in text  # never the 'job ran 1 optimizer step(s)' of a crashed run
+    assert f"exit code 0, {STEPS} optimizer step(s): {run}" in text  # not the '1 optimizer step(s)' of a crash
+    assert "no trace:" not in text
     assert ("none from traceread" in text) == (not ours)
     if partial:
         kept = doc["ranks"]["0"]["partial"]["recorded"]

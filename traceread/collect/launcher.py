@@ -492,7 +492,10 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     partial = {r: i["partial"] for r, i in ranks.items() if isinstance(i.get("partial"), dict)}
     steps = sorted({(min(i["profiler_steps"]), max(i["profiler_steps"])) for i in ranks.values()
                     if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
-    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
+    ran = sorted({int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)})
+    did = "" if not ran else (f", {ran[0]} optimizer step(s)" if len(ran) == 1 else
+                              f", {ran[0]}-{ran[-1]} optimizer steps by rank")
+    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}{did}: {run_root}"]
     if traces:
         where = "steps unknown" if not steps else (
             f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
