@@ -12,6 +12,8 @@ Loop iteration ``i`` (0-based) ends with optimizer step ``i + 1``. The job profi
 * ``autograd``: the older ``torch.autograd.profiler.profile`` context, then export.
 
 Traces go to ``--trace-dir`` (``rank{R}`` in each file name). Prints ``JOB-TRACE <path>`` per file.
+``--cuda``: model and data on the GPU (both ranks share one: gloo moves CUDA tensors), and the job's
+profiler records CUDA activity too — the same check where CUPTI is involved (a GPU machine).
 """
 
 from __future__ import annotations
@@ -33,21 +35,24 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=10)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--trace-dir", default="job_traces")
+    ap.add_argument("--cuda", action="store_true")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+    dev = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if args.cuda else [])
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data, target = torch.randn(16, 32), torch.randn(16, 8)
+    data, target = torch.randn(16, 32, device=dev), torch.randn(16, 8, device=dev)
     os.makedirs(args.trace_dir, exist_ok=True)
     export = os.path.join(args.trace_dir, f"rank{rank}.pt.trace.json")
 
     sched: Any = None
     if args.api == "schedule":
         sched = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
+            activities=activities,
             schedule=torch.profiler.schedule(wait=max(0, args.first - 1), warmup=min(1, args.first),
                                              active=args.iters, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(args.trace_dir, worker_name=f"rank{rank}"))
@@ -56,11 +61,11 @@ def main() -> None:
     ctx: contextlib.ExitStack | None = None
     for i in range(args.steps):
         if i == args.first and args.api == "startstop":
-            manual = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            manual = torch.profiler.profile(activities=activities)
             manual.start()
         if i == args.first and args.api in ("context", "autograd"):
             ctx = contextlib.ExitStack()
-            manual = ctx.enter_context(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            manual = ctx.enter_context(torch.profiler.profile(activities=activities)
                                        if args.api == "context" else torch.autograd.profiler.profile())
         loss = torch.nn.functional.mse_loss(model(data), target)
         opt.zero_grad()
