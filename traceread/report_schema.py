@@ -305,13 +305,22 @@ class Layout(TypedDict):
     node_source: str | None  # where the nodes came from: run.json | NCCL log | device index | None
 
 
-class Workload(TypedDict):
+class _WorkloadCore(TypedDict):
     """What the job was doing (traceread.analysis.time.iterations, docs/layout.md)."""
 
     kind: str  # training | serving | inference | unknown
     engine: str | None  # vllm | sglang | trtllm | ... when an inference engine is seen
     evidence: str
     iterations: dict[str, int]  # serving: engine iterations used as steps, by kind (prefill, decode, mixed, idle)
+
+
+class Workload(_WorkloadCore, total=False):
+    """What the job was doing; extras (absent in older documents): the training framework the trace
+    shows (analysis/time/frameworks.py) and what showed it; gradient accumulation: batches per step."""
+
+    framework: str | None
+    framework_evidence: str | None
+    micro_steps: int | None
 
 
 class NcclSummary(TypedDict, total=False):

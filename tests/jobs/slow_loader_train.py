@@ -3,7 +3,9 @@ about traceread.
 
 Each item of rank ``--slow-rank``'s dataset sleeps ``--sleep-ms`` in ``__getitem__`` (decoding, reading a
 file: work the host does inside the DataLoader's own span), so that rank's loader takes at least
-``--batch`` x ``--sleep-ms`` per step and the other rank waits for it in the gradient all-reduce.
+``--batch`` x ``--sleep-ms`` per batch and the other rank waits for it in the gradient all-reduce.
+``--accum N`` accumulates gradients over N batches (micro-steps) per optimizer step, under
+``model.no_sync()`` for all but the last.
 """
 
 import argparse
@@ -37,6 +39,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--sleep-ms", type=float, default=10.0)
+    ap.add_argument("--accum", type=int, default=1)
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -45,14 +48,19 @@ def main() -> None:
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     sleep_s = args.sleep_ms / 1000.0 if rank == args.slow_rank else 0.0
-    loader = DataLoader(Items(args.steps * args.batch, sleep_s), batch_size=args.batch, num_workers=0)
-    for step, (x, y) in enumerate(loader):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if rank == 0:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+    loader = DataLoader(Items(args.steps * args.batch * args.accum, sleep_s), batch_size=args.batch, num_workers=0)
+    for i, (x, y) in enumerate(loader):
+        last = (i + 1) % args.accum == 0
+        if last:
+            loss = torch.nn.functional.mse_loss(model(x), y) / args.accum
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if rank == 0:
+                print(f"step {i // args.accum} loss {loss.item():.4f}", flush=True)
+        else:
+            with model.no_sync():
+                (torch.nn.functional.mse_loss(model(x), y) / args.accum).backward()
     dist.destroy_process_group()
 
 

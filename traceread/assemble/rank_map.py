@@ -244,6 +244,13 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))
     if windows is not None and windows.note:
         warnings.append(f"rank {rt.rank}: {windows.note}")
+    if work is not None and rt.host.height:  # the framework the trace shows, gradient accumulation
+        from traceread.analysis.time import frameworks
+
+        work["framework"] = guarded(f"rank {rt.rank}: framework", warnings, lambda: frameworks.detect(rt.host))
+        if windows is not None:
+            work["micro_steps"] = guarded(f"rank {rt.rank}: micro-steps", warnings,
+                                          lambda: frameworks.micro_steps(rt.host, windows.table))
     frame = pl.DataFrame()
     if windows is not None and rt.gpu.height:
         frame = guarded(f"rank {rt.rank}: time breakdown", warnings,

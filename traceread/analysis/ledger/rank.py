@@ -425,7 +425,8 @@ def label_host_time(segs: pl.DataFrame, rt: RankTrace, launch_tid: dict[int, int
         innerl += inner
     idx_all = np.concatenate(idxl)
     src = segs[idx_all.tolist()]
-    fams = [hs.family_of(n, cats.get(n)) if n is not None else None for n in spanl]
+    fam_of = {n: hs.family_of(n, cats.get(n)) for n in set(spanl) if n is not None}
+    fams = [fam_of.get(n) if n is not None else None for n in spanl]
     new = src.with_columns(pl.Series("start_ns", np.concatenate(p0l), dtype=pl.Int64),
                            pl.Series("end_ns", np.concatenate(p1l), dtype=pl.Int64),
                            pl.Series("span", spanl, dtype=pl.Utf8), pl.Series("family", fams, dtype=pl.Utf8),

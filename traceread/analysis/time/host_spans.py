@@ -106,59 +106,103 @@ def thread_events(rt: RankTrace, tid: int, base_us: float, lo_ns: int, hi_ns: in
         k = np.searchsorted(ce, s, side="right")
         kc = np.clip(k, 0, cs.size - 1)
         keep &= (k < cs.size) & (cs[kc] < e)
-    idx = np.flatnonzero(keep)
-    names = ev["name"].to_list()
-    cats = ev["cat"].to_list()
-    order = idx[np.lexsort((-e[idx], s[idx]))]
-    nm = [names[i] for i in order.tolist()]
-    rk = np.array([2 if specific_family(n) else (1 if cats[i] == "user_annotation" else 0)
-                   for n, i in zip(nm, order.tolist())], dtype=np.int8)
-    return ThreadEvents(s[order].astype(np.int64), e[order].astype(np.int64), nm, rk)
+    ev = ev.filter(pl.Series(keep))
+    s, e = s[keep], e[keep]
+    order = np.lexsort((-e, s))
+    ev = ev[order.tolist()] if ev.height else ev
+    fams = {n: specific_family(n) for n in ev["name"].unique().to_list()}
+    spec = ev["name"].replace_strict(fams, default=None, return_dtype=pl.Utf8).is_not_null().to_numpy()
+    ann = (ev["cat"] == "user_annotation").fill_null(False).to_numpy()
+    rk = np.where(spec, 2, np.where(ann, 1, 0)).astype(np.int8)
+    return ThreadEvents(s[order].astype(np.int64), e[order].astype(np.int64), ev["name"].to_list(), rk)
+
+
+def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Enclosing event of each (sorted by start, then longest first; nested on one thread), −1 at the
+    top: the nearest earlier event still open at its start, by pointer jumping (a candidate that ended
+    before is left for its own enclosing candidate, never past the true parent)."""
+    par = np.arange(start.size, dtype=np.int64) - 1
+    for _ in range(128):
+        live = np.flatnonzero(par >= 0)
+        bad = live[end[par[live]] <= start[live]]
+        if bad.size == 0:
+            break
+        par[bad] = par[par[bad]]
+    return par
+
+
+def _nearest(par: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Per event: itself when ``own``, else its nearest enclosing event that is, else −1."""
+    out = np.where(own, np.arange(own.size), -2).astype(np.int64)
+    ptr = par.copy()
+    todo = np.flatnonzero(out == -2)
+    for _ in range(256):
+        if todo.size == 0:
+            break
+        p = ptr[todo]
+        top = p < 0
+        out[todo[top]] = -1
+        hit = ~top & own[np.clip(p, 0, None)]
+        out[todo[hit]] = p[hit]
+        rest = ~top & ~hit
+        ptr[todo[rest]] = par[p[rest]]
+        todo = todo[rest]
+    out[out == -2] = -1
+    return out
 
 
 def label_pieces(te: ThreadEvents, starts: np.ndarray, ends: np.ndarray) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, list[str | None], list[str | None]]:
-    """Cut each interval ``[starts[i], ends[i])`` at the thread's event boundaries and label each
-    piece with its span and inner event (module docstring). Returns (piece start, piece end,
-    interval index, span name or None, inner name or None); adjacent pieces of one interval with
-    the same labels are merged."""
-    cuts = np.unique(np.concatenate([te.start, te.end])) if te.start.size else np.empty(0, np.int64)
-    p0s: list[int] = []
-    p1s: list[int] = []
-    idxs: list[int] = []
-    spans: list[str | None] = []
-    inners: list[str | None] = []
+    """Cut each interval ``[starts[i], ends[i])`` (disjoint) at the thread's event boundaries and label
+    each piece with its span and inner event (module docstring). Returns (piece start, piece end,
+    interval index, span name or None, inner name or None); adjacent pieces of one interval with the
+    same labels are merged. Vectorised: nesting by pointer jumping, no per-event Python."""
     order = np.argsort(starts, kind="stable")
-    stack: list[int] = []  # indices into te, outer -> inner
-    j = 0
+    a, b = starts[order].astype(np.int64), ends[order].astype(np.int64)
+    ok = b > a
+    order, a, b = order[ok], a[ok], b[ok]
+    if a.size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty, [], []
+    cuts = np.concatenate([te.start, te.end]) if te.start.size else np.empty(0, np.int64)
+    points = np.unique(np.concatenate([a, b, cuts]))
+    p0, p1 = points[:-1], points[1:]
+    k = np.searchsorted(a, p0, side="right") - 1
+    kc = np.clip(k, 0, a.size - 1)
+    inside = (k >= 0) & (p0 < b[kc])
+    p0, p1, kc = p0[inside], p1[inside], kc[inside]
     n = te.start.size
-    for i in order.tolist():
-        a, b = int(starts[i]), int(ends[i])
-        if b <= a:
-            continue
-        inner_cuts = cuts[np.searchsorted(cuts, a, side="right"):np.searchsorted(cuts, b, side="left")]
-        edges = [a, *inner_cuts.tolist(), b]
-        for p0, p1 in zip(edges[:-1], edges[1:]):
-            while j < n and te.start[j] <= p0:  # open every event starting by p0
-                stack.append(j)
-                j += 1
-            chain = [x for x in stack if te.end[x] > p0]
-            stack = chain  # events ending by p0 never cover a later instant
-            span = inner = None
-            if chain:
-                inner = te.name[chain[-1]]
-                best = max(chain, key=lambda x: (int(te.rank_[x]), te.start[x], -te.end[x]))
-                span = te.name[best]
-            if p0s and idxs[-1] == i and p1s[-1] == p0 and spans[-1] == span and inners[-1] == inner:
-                p1s[-1] = p1
-                continue
-            p0s.append(p0)
-            p1s.append(p1)
-            idxs.append(i)
-            spans.append(span)
-            inners.append(None if inner == span else inner)
-    return (np.array(p0s, dtype=np.int64), np.array(p1s, dtype=np.int64), np.array(idxs, dtype=np.int64),
-            spans, inners)
+    inner = np.full(p0.size, -1, dtype=np.int64)
+    span = np.full(p0.size, -1, dtype=np.int64)
+    if n:
+        par = _parents(te.start, te.end)
+        x = np.searchsorted(te.start, p0, side="right") - 1  # last event started by p0, then up while closed
+        for _ in range(4096):
+            open_ = x >= 0
+            closed = np.flatnonzero(open_)[te.end[x[open_]] <= p0[open_]]
+            if closed.size == 0:
+                break
+            x[closed] = par[x[closed]]
+        inner = x
+        spec = _nearest(par, te.rank_ == 2)
+        ann = _nearest(par, te.rank_ == 1)
+        has = inner >= 0
+        xi = np.clip(inner, 0, None)
+        span = np.where(has, np.where(spec[xi] >= 0, spec[xi], np.where(ann[xi] >= 0, ann[xi], inner)), -1)
+    # merge by name (two sibling operators of one name in a row are one label)
+    _u, code = np.unique(np.array(te.name + [""], dtype=object).astype(str), return_inverse=True)
+    code = np.append(code[:-1], -1)  # index -1: no event
+    sc, ic = code[span], code[inner]
+    brk = np.ones(p0.size, dtype=bool)
+    brk[1:] = (kc[1:] != kc[:-1]) | (p0[1:] != p1[:-1]) | (sc[1:] != sc[:-1]) | (ic[1:] != ic[:-1])
+    first = np.flatnonzero(brk)
+    last = np.r_[first[1:], p0.size] - 1
+    names = np.array(te.name + [None], dtype=object)  # index -1: None
+    sp, inn = span[first], inner[first]
+    span_names = names[sp].tolist()
+    same = code[inn] == code[sp]
+    inner_names = [None if eq else nm for eq, nm in zip(same.tolist(), names[inn].tolist())]
+    return p0[first], p1[last], order[kc[first]], span_names, inner_names
 
 
 def main_thread(rt: RankTrace) -> int | None:

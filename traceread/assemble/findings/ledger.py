@@ -239,6 +239,33 @@ def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]], le
     return cause
 
 
+#: How a collective reads in a sentence.
+OP_WORDS = {"allreduce": "all-reduce", "all_reduce": "all-reduce", "_allgather_base": "all-gather",
+            "allgather": "all-gather", "all_gather": "all-gather", "_reduce_scatter_base": "reduce-scatter",
+            "reduce_scatter": "reduce-scatter", "alltoall": "all-to-all", "all_to_all": "all-to-all",
+            "broadcast": "broadcast", "send": "send/recv", "recv": "send/recv"}
+
+
+def _waited_in(report: Report, role: str | None) -> str:
+    """"the gradient all-reduce (dp)" — the collective the others spent most time in, of ``role``'s groups."""
+    if not role or role == "other":
+        return "collectives"
+    lay: Mapping[str, Any] = report.get("layout") or {}
+    groups = {str(g["pg"]): g.get("role") for g in lay.get("groups") or []}
+    time: dict[str, float] = defaultdict(float)
+    for c in report.get("collectives") or []:
+        if groups.get(str(c.get("pg")).split(" ")[0]) == role:
+            time[str(c.get("name"))] += float(c.get("latency_us") or 0.0) * int(c.get("count") or 1)
+    if not time:
+        return f"{role} communication"
+    op = OP_WORDS.get(max(time, key=lambda k: time[k]), "")
+    if not op:
+        return f"{role} communication"
+    if role == "dp" and op == "all-reduce":
+        return "the gradient all-reduce (dp)"
+    return f"the {role} {op}"
+
+
 def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
     out = []
     entries = {s.get("rank"): s for s in report.get("stragglers") or [] if isinstance(s, dict)}
@@ -262,7 +289,7 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         cause = _straggler_cause(report, rank, e.get("claims") or [], e.get("cause"))
         role = e.get("role")
         st = entries.get(rank) or {}
-        where = f"{role} communication" if role and role != "other" else "collectives"
+        where = _waited_in(report, role)
         title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
                  f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
                  f"{_per(win, saving)} shorter if it were on time")
