@@ -111,7 +111,8 @@ def test_hf_trainer_slow_loader_is_the_answer(hf_trainer: dict[str, Any]) -> Non
     assert claims(hf_trainer["report"], 1, "data_loading", 0.5 * per_step_ms * 1e3) == [answer["id"]]
     # the Trainer's steps are optimizer steps: 2 micro-batches each, 6 recorded
     assert hf_trainer["run_json"]["ranks"]["1"]["steps"] == 12
-    assert hf_trainer["report"]["workload"]["kind"] == "training"
+    workload = hf_trainer["report"]["workload"]
+    assert workload["kind"] == "training" and workload["micro_steps"] == truth["micro_steps_per_step"] == 2
 
 
 def test_lightning_slow_checkpoint_storage_is_the_answer(lightning: dict[str, Any]) -> None:
@@ -125,6 +126,7 @@ def test_lightning_slow_checkpoint_storage_is_the_answer(lightning: dict[str, An
     report = lightning["report"]
     assert any("this report reads the job's own traces" in w and "lightning_profile" in w for w in report["warnings"])
     assert report["source"]["ranks_read"] == 2
+    assert report["workload"]["framework"] == "PyTorch Lightning"  # its own [pl] spans in its own traces
     answer = report["findings"][0]
     assert answer["rank"] == 0
     top = answer["spans"][0]
