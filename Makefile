@@ -17,11 +17,12 @@ $(VENV)/.core: pyproject.toml
 	$(PIP) -e .
 	touch $@
 
-# torch is pinned to the CPU wheel first so the [collect] range never pulls CUDA packages.
+# torch is pinned to the CPU wheel first so the [collect] range never pulls CUDA packages; it is named
+# again beside the extras so the framework pins of [test] (deepspeed, accelerate...) cannot move it.
 # ray and remote are installed too, so CI runs the Ray and s3:// (local moto server) tests.
 $(VENV)/.dev: $(VENV)/.core
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[collect,test,ray,remote]'
+	$(PIP) -e '.[collect,test,ray,remote]' torch==2.13.0
 	touch $@
 
 demo: $(VENV)/.core

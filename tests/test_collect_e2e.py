@@ -193,7 +193,7 @@ def test_a_job_that_ends_inside_the_window_keeps_its_steps(tmp_path: Path) -> No
     for r in (0, 1):
         info = doc["ranks"][str(r)]
         assert info["profiler_steps"] == [2, 3, 4]
-        assert info["partial"] == {"recorded": 3, "active": 10, "unfinished_step": 5}
+        assert info["partial"] == {"recorded": 3, "active": 10, "unfinished_step": 5, "cut_by": "the exit"}
         trace = load_trace(run / "traces" / f"rank{r}.pt.trace.json.gz")
         names = {e.get("name", "") for e in trace["traceEvents"]}
         assert sorted(n for n in names if n.startswith("ProfilerStep#")) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]

@@ -71,6 +71,9 @@ class RankEntry(TypedDict, total=False):
     cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
     dropped_partial_step: int | None
     ledger: RankLedger  # this rank's step ledger (GPU ranks only)
+    # named host spans (data loader, optimizer step, syncs, checkpoint, GC, user annotations) inside the
+    # rank's steps: [{name, family, us_per_step, count}] (analysis/time/host_spans.py)
+    host_spans: list[dict[str, Any]]
 
 
 class CollectiveEntry(TypedDict, total=False):
@@ -265,6 +268,10 @@ class WindowLedger(TypedDict, total=False):
     # collectives with a member whose trace is missing, after every present member arrived:
     # {rank (the missing one), role, us, instances, present_spread_us, after_us, present (fewest members read)}
     blind: list[dict[str, Any]]
+    # host time by the recorded span covering it: {category, role, rank, family, span, us}; a part's time
+    # no span covers is the part less its spans (docs/ledger.md: which span covers host time). Also in
+    # by_step[].spans; late[].spans: the late rank's host time per span above the others' median.
+    spans: list[dict[str, Any]]
 
 
 class Ledger(TypedDict, total=False):
@@ -337,13 +344,22 @@ class Layout(TypedDict):
     node_source: str | None  # where the nodes came from: run.json | NCCL log | device index | None
 
 
-class Workload(TypedDict):
+class _WorkloadCore(TypedDict):
     """What the job was doing (traceread.analysis.time.iterations, docs/layout.md)."""
 
     kind: str  # training | serving | inference | unknown
     engine: str | None  # vllm | sglang | trtllm | ... when an inference engine is seen
     evidence: str
     iterations: dict[str, int]  # serving: engine iterations used as steps, by kind (prefill, decode, mixed, idle)
+
+
+class Workload(_WorkloadCore, total=False):
+    """What the job was doing; extras (absent in older documents): the training framework the trace
+    shows (analysis/time/frameworks.py) and what showed it; gradient accumulation: batches per step."""
+
+    framework: str | None
+    framework_evidence: str | None
+    micro_steps: int | None
 
 
 class NcclSummary(TypedDict, total=False):

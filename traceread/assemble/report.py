@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.assemble import run_folder
+from traceread.assemble.job_traces import use_job_traces
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
 from traceread.read.jsonfile import load_json_object
@@ -48,6 +49,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     opts = options or ReportOptions()
     caches.take_notes()  # notes of an earlier report in this process are not this one's
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
+    found = use_job_traces(found)  # a run where collect stepped aside for the job's own profiler
     run_dir = run_folder.run_dir_of(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None

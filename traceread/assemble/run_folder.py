@@ -94,7 +94,8 @@ def partial_window(run_info: dict[str, Any] | None) -> str | None:
     if not parts:
         return None
     p = parts[0]
-    return (f"partial window: the job ended after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
+    cut = "the job started its own profiler" if "profiler" in str(p.get("cut_by")) else "the job ended"
+    return (f"partial window: {cut} after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
             f"({len(parts)} rank(s)); the report covers those steps")
 
 

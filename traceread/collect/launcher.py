@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collect.env import collect_env
+from traceread.collect.job_profiler import job_profilers, summary_line
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
@@ -498,15 +499,22 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     partial = {r: i["partial"] for r, i in ranks.items() if isinstance(i.get("partial"), dict)}
     steps = sorted({(min(i["profiler_steps"]), max(i["profiler_steps"])) for i in ranks.values()
                     if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
-    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
+    ran = sorted({int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)})
+    did = "" if not ran else (f", {ran[0]} optimizer step(s)" if len(ran) == 1 else
+                              f", {ran[0]}-{ran[-1]} optimizer steps by rank")
+    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}{did}: {run_root}"]
     if traces:
         where = "steps unknown" if not steps else (
             f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
         lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
         if partial:
             p = next(iter(partial.values()))
-            lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
+            cut = ("the job started its own profiler after traceread recorded" if "profiler" in str(p.get("cut_by"))
+                   else "the job ended after recording")
+            lines.append(f"  partial: {cut} {p.get('recorded')} of the --active {p.get('active')} "
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
+    elif job_profilers(ranks):
+        lines.append("  traces:  none from traceread: it stepped aside for the job's own profiler (below)")
     elif opts.profile and opts.inject:
         why = _no_trace_note(host_dir, opts)
         lines.append("  traces:  none — " + (why if why else
@@ -515,6 +523,9 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
                                            (len(list((host_dir / "stacks").glob("*"))), "stack dump(s)"),
                                            (len(list((host_dir / "fr").glob("*"))), "Flight Recorder dump(s)"))
               if n]
+    own = summary_line(ranks)
+    if own:
+        lines.append("  " + own)
     if extras:
         lines.append("  also:    " + ", ".join(extras))
     restarts = sorted(p.name for p in (host_dir / "attempts").glob("attempt*") if p.is_dir())
@@ -524,7 +535,7 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     errors = sorted(p.name for p in (host_dir / "errors").glob("rank*.json")) if code else []
     quoted = shlex.quote(str(run_root))
     nxt = []
-    if traces:
+    if traces or any(j.get("traces") for j in job_profilers(ranks).values()):
         nxt.append(f"traceread report {quoted}")
     if hang or errors or restarts or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
         nxt.append(f"traceread hang {quoted}")  # a failed job too: it says which rank failed first

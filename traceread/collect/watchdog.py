@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceread.collect.runinfo import iso, read_json, write_json
+from traceread.collect.runinfo import iso, read_json, read_progress, write_json
 
 DEFAULT_FLOOR_S = 300.0
 DEFAULT_FACTOR = 10.0
@@ -47,15 +47,6 @@ class RankProgress:
     time_ns: int  # rank's wall clock at that step
     pid: int
     changed_at: float  # launcher monotonic time when ``step`` last changed
-
-
-def read_progress(path: Path) -> tuple[int, int, int] | None:
-    """``(step, time_ns, pid)`` from a progress file, None if unreadable."""
-    try:
-        parts = path.read_bytes().split()
-        return int(parts[0]), int(parts[1]), int(parts[2])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from traceread.render import terminal
 from traceread.render.charts import LEDGER_COLORS, all_figures
-from traceread.render.html import _env
+from traceread.render.html import _env, whole_trace
 from traceread.render.ledger_view import CATEGORY_WORDS, by_category
 from traceread.report_schema import Report
 
@@ -35,7 +35,7 @@ def notebook_html(report: Report) -> str:
     step, label, parts = ledger_parts(report)
     return _env().get_template("notebook.html.j2").render(
         r=report, headline=terminal.headline(report), answer=answer, change=change, ledger_parts=parts,
-        ledger_step_us=step, ledger_label=label, inline=[], see=[])
+        ledger_step_us=step, ledger_label=label, inline=[], see=[], whole_trace=whole_trace(report))
 
 
 def figures(report: Report) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from traceread.assemble.queries import coll_time, per_step, step_figure, step_us
-from traceread.fmt import elide_templates, ms, nbytes, pct, rank_list, short_name
+from traceread.fmt import WHOLE_TRACE, elide_templates, ms, nbytes, pct, rank_list, short_name, whole_trace
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.nccl_summary import nccl_lines
 from traceread.render.textfit import Column, buffer_console, fitted_table, output_width, strip_padding, use_color
@@ -64,8 +64,9 @@ def headline(report: Report) -> str:
     cpu_only = bool(ranks) and all(_is_cpu(r) for r in ranks)
     dev = ", ".join(str(d) for d in devices[:2]) or ("CPU" if cpu_only else "unknown device")
     mean, n, _median = step_figure(report)
+    steps = f"{WHOLE_TRACE} {ms(mean)}" if whole_trace(report) else f"{n} step(s) · mean step {ms(mean)}"
     return (f"{len(ranks)} rank(s) of {src.get('world_size') or '?'} · {src.get('backend') or 'no backend'} · "
-            f"{dev} · {n} step(s) · mean step {ms(mean)}")
+            f"{dev} · {steps}")
 
 
 def missing_line(report: Report) -> str | None:

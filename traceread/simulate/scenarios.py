@@ -78,6 +78,12 @@ STREAM_TP = 17
 STREAM_EP = 19
 P2P_STREAMS = {"recv_act": 21, "send_act": 25, "recv_grad": 29, "send_grad": 33}
 SLOW_CAUSES = ("dataloader", "gc", "checkpoint")
+#: ``host_spans`` kinds: ``loader`` (inside the DataLoader span, half of it inside a ``dataset/decode``
+#: annotation), ``annotation`` (a ``record_function``), ``nested`` (an annotation, its second half inside
+#: an inner annotation), ``sync`` (an annotation, its second half inside ``aten::item`` →
+#: ``aten::_local_scalar_dense``), ``checkpoint`` (``checkpoint.save``), ``gc`` (a Python GC event),
+#: ``bare`` (no span at all: only ``ProfilerStep#N`` covers it).
+HOST_SPAN_KINDS = ("loader", "annotation", "nested", "sync", "checkpoint", "gc", "bare")
 TP_EVIDENCE = "activation all-reduce after attention and MLP of every layer, forward and backward"
 DP_EVIDENCE = "one gradient all-reduce per layer in backward, overlapping it"
 PP_EVIDENCE = "send/recv of activations and gradients between adjacent pipeline stages"
@@ -127,6 +133,9 @@ class Knobs:
     cp: int = 4  # cp: ranks per context-parallel ring
     ep_kernels: str = "nccl"  # moe: nccl (all_to_all_single) | renamed (an in-house DeepEP fork's kernels)
     host_jitter_us: float = 0.0  # every rank and step: a random host delay, uniform in [0, this) (noise, no straggler)
+    # host work inside recorded spans, at the start of a step (before the batch is copied, so the GPU waits):
+    # (rank, step (-1: every step), kind, µs); kinds in HOST_SPAN_KINDS (span_truth.py names what each records)
+    host_spans: list[tuple[int, int, str, float]] = field(default_factory=list)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -209,6 +218,12 @@ class Knobs:
             raise ValueError("--ep-kernels must be nccl or renamed")
         if self.host_jitter_us < 0:
             raise ValueError("--host-jitter-us must be >= 0")
+        for r, st, kind, us in self.host_spans:
+            if not 0 <= r < self.ranks or (st != -1 and st not in self.step_numbers()) or us < 0:
+                raise ValueError(f"host span ({r}, {st}, {kind}, {us}): rank outside 0..{self.ranks - 1}, step not "
+                                 f"-1 or one of {self.step_numbers()}, or negative time")
+            if kind not in HOST_SPAN_KINDS:
+                raise ValueError(f"host span kind {kind!r} must be one of {', '.join(HOST_SPAN_KINDS)}")
 
 
 @dataclass
@@ -232,9 +247,16 @@ def layer_params(h: int, tp: int = 1) -> int:
 
 def _step_open(ctx: RankCtx, k: Knobs, step: int, host_extra_ns: int, dl_extra_ns: int) -> GpuOp:
     """Data loader, any host-side delay, and the H2D copy of the token batch (int64 [B, S])."""
+    mine = [(kind, int(us * 1000)) for r, st, kind, us in k.host_spans if r == ctx.rank and st in (-1, step)]
     with ctx.op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", cat="user_annotation",
                 pre=60_000, post=20_000):
         ctx.advance(dl_extra_ns + host_extra_ns)
+        for kind, ns in mine:
+            if kind == "loader":  # the dataset's own work: half bare, half inside its annotation
+                ctx.advance(ns // 2)
+                with ctx.op("dataset/decode", cat="user_annotation", pre=1_000, post=1_000):
+                    ctx.advance(ns - ns // 2)
+    _host_span_work(ctx, [(kind, ns) for kind, ns in mine if kind != "loader"])
     with ctx.op("aten::to", dims=[[k.batch, k.seq_len], [], [], [], []], types=["long int", "", "", "", ""],
                 concrete=["", "", "", "True", "False"], pre=3_000):
         with ctx.op("aten::_to_copy", dims=[[k.batch, k.seq_len], [], [], [], [], [], []],
@@ -242,6 +264,33 @@ def _step_open(ctx: RankCtx, k: Knobs, step: int, host_extra_ns: int, dl_extra_n
             with ctx.op("aten::copy_", dims=[[k.batch, k.seq_len], [k.batch, k.seq_len], []],
                         types=["long int", "long int", "Scalar"], pre=2_000):
                 return ctx.memcpy("HtoD", 8 * k.batch * k.seq_len, COMPUTE_STREAM)
+
+
+def _host_span_work(ctx: RankCtx, work: list[tuple[str, int]]) -> None:
+    """The ``host_spans`` knob's host work of this rank and step (kinds: :data:`HOST_SPAN_KINDS`)."""
+    for kind, ns in work:
+        if kind == "annotation":
+            with ctx.op("train/user_block", cat="user_annotation", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        elif kind in ("nested", "sync"):
+            with ctx.op("train/outer_block" if kind == "nested" else "train/report", cat="user_annotation",
+                        pre=1_000, post=1_000):
+                ctx.advance(ns // 2)
+                if kind == "nested":
+                    with ctx.op("train/inner_block", cat="user_annotation", pre=1_000, post=1_000):
+                        ctx.advance(ns - ns // 2)
+                else:
+                    with ctx.op("aten::item", dims=[[]], types=["float"], pre=1_000, post=1_000):
+                        with ctx.op("aten::_local_scalar_dense", dims=[[]], types=["float"], pre=1_000, post=1_000):
+                            ctx.advance(ns - ns // 2)
+        elif kind == "checkpoint":
+            with ctx.op("checkpoint.save", cat="user_annotation", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        elif kind == "gc":
+            with ctx.op("Python GC", cat="python_function", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        else:  # bare: Python with nothing recorded
+            ctx.advance(ns)
 
 
 def _step_close(ctx: RankCtx, k: Knobs, loss_on_this_rank: bool = True) -> Program:
