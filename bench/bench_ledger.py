@@ -2,7 +2,9 @@
 
 Map side: ``rank_segments`` on ``../shared/traces/kineto_tb_resnet50_num_workers_0`` (9,096 GPU
 events), after the operator table the roofline already builds; prints the time (median of 5), the
-segments and the table size. Reduce side: ``job_ledger.build`` on RANKS copies of a simulated DDP
+segments and the table size. Host spans: on the host-heavy ``hta_df_index_resolver`` trace (101 k host
+events), ``rank_segments`` and, of it, the labelling of host time by covering span
+(``label_host_time``, median of 5). Reduce side: ``job_ledger.build`` on RANKS copies of a simulated DDP
 rank's segments (the critical path follows late peers through the collectives); prints the time.
 
     python bench/bench_ledger.py [--ranks 256]
@@ -51,6 +53,27 @@ def map_side() -> None:
           f"{seg.estimated_size() / 1e3:.0f} kB")
 
 
+def span_side() -> None:
+    files = glob.glob(str(SHARED / "hta_df_index_resolver" / "*.json*"))
+    if not files:
+        print("host spans: ../shared/traces absent, skipped")
+        return
+    rt = read_rank(files[0])
+    w = steps.device_steps(rt).table
+    total, label = [], []
+    for _ in range(5):
+        t = time.perf_counter()
+        seg = ledger.rank_segments(rt, w)
+        total.append(time.perf_counter() - t)
+        bare = seg.drop(list(ledger.SPAN_SCHEMA))
+        t = time.perf_counter()
+        ledger.label_host_time(bare, rt, {})
+        label.append(time.perf_counter() - t)
+    print(f"host spans: {rt.host.height} host events, {rt.gpu.height} GPU events -> {seg.height} segments in "
+          f"{statistics.median(total) * 1e3:.0f} ms, of which labelling host time by span "
+          f"{statistics.median(label) * 1e3:.0f} ms")
+
+
 def reduce_side(n: int) -> None:
     from traceread.simulate import simulate
 
@@ -79,6 +102,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=256)
     args = ap.parse_args()
     map_side()
+    span_side()
     reduce_side(args.ranks)
 
 

@@ -25,9 +25,11 @@ from traceread.analysis.time import host_spans as hs
     ("checkpoint.save", "user_annotation", "checkpoint"), ("torch.save", "python_function", "checkpoint"),
     ("Python GC", "python_function", "gc"), ("gc.collect", "python_function", "gc"),
     ("[Strategy]DDPStrategy.training_step", "user_annotation", "framework_step"),
+    ("DistributedDataParallel.forward", "user_annotation", "model_forward"),
+    ("FSDP::pre_forward", "cpu_op", "model_forward"),
     ("gloo:all_reduce", "user_annotation", "communication"), ("c10d::allreduce_", "cpu_op", "communication"),
     ("my_block", "user_annotation", "annotation"), ("dataset.py(12): __getitem__", "python_function", "python"),
-    ("aten::mm", "cpu_op", "operator"), ("cudaLaunchKernel", "cuda_runtime", "operator"),
+    ("aten::mm", "cpu_op", "operator"), ("cudaLaunchKernel", "cuda_runtime", "operator"), ("(operators)", None, "operator"),
     ("cudaMemcpyAsync", "cuda_runtime", "operator"),
 ])
 def test_family_table(name: str, cat: str, family: str) -> None:
@@ -78,7 +80,7 @@ def test_nested_annotations_and_bare_operators() -> None:
                   ("aten::add", "cpu_op", 5_000, 6_000)])
     assert _labels(te, 0, 6_000) == [(0, 1_000, "outer", None), (1_000, 2_000, "inner", None),
                                      (2_000, 4_000, "outer", None), (4_000, 5_000, None, None),
-                                     (5_000, 6_000, "aten::add", None)]  # an operator names time no span covers
+                                     (5_000, 6_000, hs.OPERATORS, "aten::add")]  # operators only: one label
 
 
 def _host(names: list[tuple[str, float, float]]) -> pl.DataFrame:

@@ -409,6 +409,10 @@ SPAN_ADVICE: dict[str, str] = {
     "optimizer": ("Use the fused or foreach optimizer (torch.optim.AdamW(fused=True)) and keep host work (gradient "
                   "clipping norms read with .item(), learning-rate logic) out of it."),
     "logging": "Log less often (every N steps) and without reading GPU tensors on the host inside the step.",
+    "model_forward": ("Host time inside the model's forward with no operator running: Python in the forward "
+                      "(data-dependent control flow, tensors built on the CPU, .item() on a GPU tensor) or the "
+                      "garbage collector pausing there. Record stacks (with_stack=True) to see which; gc.freeze() "
+                      "after start-up removes most collector pauses; torch.compile removes Python between operators."),
     "evaluation": "Run evaluation less often, or on fewer batches, or outside the timed training steps.",
     "framework_step": ("The time is in the framework's own hook: see which callback or hook runs there "
                        "(its spans in the timeline, traceread export) and move its host work off the step."),

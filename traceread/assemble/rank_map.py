@@ -239,6 +239,14 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
                   lambda: iters.engine_iterations(rt.host)) if rt.steps.height == 0 else None
     if its is not None:
         rt = replace(rt, steps=its.steps)
+    elif rt.steps.height == 0:  # a training loop without markers: its optimizer's own spans are the steps
+        from traceread.analysis.time import frameworks
+
+        opt = guarded(f"rank {rt.rank}: optimizer steps", warnings, lambda: frameworks.optimizer_steps(rt.host))
+        if opt is not None:
+            rt = replace(rt, steps=opt)
+            warnings.append(f"rank {rt.rank}: no ProfilerStep# markers: {opt.height} step(s) from the optimizer's own "
+                            "spans (Optimizer.step#…), each from the end of one to the end of the next")
     work = guarded(f"rank {rt.rank}: workload", warnings,
                    lambda: iters.workload(rt.host, rt.steps.height > 0, its, rt.gpu.height > 0))
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))

@@ -7,7 +7,8 @@ starts where ``host_bound`` ends); an ``idle_other`` piece to the rank's main th
 the **chain** is that thread's events covering it (``ProfilerStep#N`` excluded, zero-length events
 excluded); the **span** is the innermost chain event with a family (the simulator knows the family of
 every span it records: :data:`SPAN_FAMILY`), else the innermost user annotation, else the innermost
-event of any kind; none when the chain is empty. Innermost: the latest start, then the earliest end.
+Python function, else — only operators and runtime calls cover it — :data:`OPERATORS`; none when the
+chain is empty. Innermost: the latest start, then the earliest end.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ SPAN_FAMILY: dict[str, str] = {
     "cudaStreamSynchronize": "sync", "cudaDeviceSynchronize": "sync",
     "Optimizer.step#AdamW.step": "optimizer",
     "Python GC": "gc",
+    "DistributedDataParallel.forward": "model_forward", "FSDP::pre_forward": "model_forward",
     "c10d::allreduce_": "communication", "record_param_comms": "communication",
 }
 #: Name prefixes with a family (the host-side collectives' spans).
@@ -37,6 +39,8 @@ PREFIX_FAMILY: tuple[tuple[str, str], ...] = (("gloo:", "communication"), ("nccl
 #: Families of spans without one, by category.
 GENERIC = {"user_annotation": "annotation", "python_function": "python"}
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime"})
+#: The one label of time only operators and runtime calls cover (the host launching work).
+OPERATORS = "(operators)"
 #: Ledger categories whose time is labelled with a span.
 LABELLED = ("host_bound", "idle_other")
 
@@ -58,11 +62,11 @@ def _span(chain: list[HostEvent]) -> tuple[str, str] | None:
     best = inner(e for e in chain if specific(e.name))
     if best is not None:
         return best.name, str(specific(best.name))
-    best = inner(e for e in chain if e.cat == "user_annotation")
-    if best is None:
-        best = inner(chain)
-    assert best is not None
-    return best.name, GENERIC.get(best.cat, "operator")
+    for cat in ("user_annotation", "python_function"):
+        best = inner(e for e in chain if e.cat == cat)
+        if best is not None:
+            return best.name, GENERIC[cat]
+    return OPERATORS, "operator"
 
 
 def label(ctx: RankCtx, segs: list[Seg]) -> list[Seg]:

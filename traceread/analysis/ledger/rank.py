@@ -372,8 +372,9 @@ def host_segments(rt: RankTrace, windows: pl.DataFrame, comm: pl.DataFrame | Non
 #: Categories whose time is the host's: each piece of it is labelled with the recorded span that
 #: covers it (:mod:`traceread.analysis.time.host_spans`).
 SPAN_CATEGORIES = ("host_bound", "idle_other")
-#: Columns the span labelling adds to a segment table (null outside :data:`SPAN_CATEGORIES`).
-SPAN_SCHEMA: dict[str, PolarsDataType] = {"span": pl.Utf8, "family": pl.Utf8, "inner": pl.Utf8}
+#: Columns the span labelling adds to a segment table (null outside :data:`SPAN_CATEGORIES`);
+#: categorical: a few names repeated over many segments cost a code each, not the text.
+SPAN_SCHEMA: dict[str, PolarsDataType] = {"span": pl.Categorical, "family": pl.Categorical}
 
 
 def _launch_threads(rt: RankTrace, gpu: pl.DataFrame, launch_ns: np.ndarray) -> dict[int, int]:
@@ -392,7 +393,7 @@ def _launch_threads(rt: RankTrace, gpu: pl.DataFrame, launch_ns: np.ndarray) -> 
 
 def label_host_time(segs: pl.DataFrame, rt: RankTrace, launch_tid: dict[int, int]) -> pl.DataFrame:
     """Cut each :data:`SPAN_CATEGORIES` segment at the host events of its thread and label every piece
-    with the span that covers it (``span``, ``family``, ``inner``; null: no recorded span). The
+    with the span that covers it (``span``, ``family``; null: no recorded span). The
     thread: the one that launched the work ending the gap (``launch_tid``, by the piece's end), else
     the main thread (always for ``idle_other``: nothing was launched). Sums per category are unchanged
     (docs/ledger.md)."""
@@ -412,25 +413,24 @@ def label_host_time(segs: pl.DataFrame, rt: RankTrace, launch_tid: dict[int, int
     m = main if main is not None else -1
     tid = np.array([launch_tid.get(int(e), m) if h else m for e, h in zip(b.tolist(), is_hb.tolist())], dtype=np.int64)
     cats = {n: c for n, c in rt.host.select("name", "cat").unique(subset="name").iter_rows()}
-    p0l, p1l, idxl, spanl, innerl = [], [], [], [], []
+    p0l, p1l, idxl, spanl = [], [], [], []
     for t in np.unique(tid).tolist():
         sel = np.flatnonzero(tid == t)
         cover = iv.merge(a[sel], b[sel])
         te = hs.thread_events(rt, int(t), base, int(a[sel].min()), int(b[sel].max()), cover)
-        p0, p1, idx, span, inner = hs.label_pieces(te, a[sel], b[sel])
+        p0, p1, idx, span, _inner = hs.label_pieces(te, a[sel], b[sel], detail=False)
         p0l.append(p0)
         p1l.append(p1)
         idxl.append(rows[sel][idx])
         spanl += span
-        innerl += inner
     idx_all = np.concatenate(idxl)
     src = segs[idx_all.tolist()]
     fam_of = {n: hs.family_of(n, cats.get(n)) for n in set(spanl) if n is not None}
     fams = [fam_of.get(n) if n is not None else None for n in spanl]
     new = src.with_columns(pl.Series("start_ns", np.concatenate(p0l), dtype=pl.Int64),
                            pl.Series("end_ns", np.concatenate(p1l), dtype=pl.Int64),
-                           pl.Series("span", spanl, dtype=pl.Utf8), pl.Series("family", fams, dtype=pl.Utf8),
-                           pl.Series("inner", innerl, dtype=pl.Utf8))
+                           *[pl.Series(c, v, dtype=SPAN_SCHEMA[c]) for c, v in
+                             (("span", spanl), ("family", fams))])
     rest = segs.filter(pl.Series(~cand)).with_columns(*[pl.lit(None, t).alias(c) for c, t in SPAN_SCHEMA.items()])
     return pl.concat([rest, new.select(rest.columns)]).sort("start_ns", maintain_order=True)
 

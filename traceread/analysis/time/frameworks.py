@@ -88,3 +88,37 @@ def job_framework(per_rank: Sequence[dict[str, Any] | None]) -> tuple[dict[str, 
         fw = next(f for f in fws if f["name"] == best)
     ms = sorted(int(w["micro_steps"]) for w in per_rank if w and w.get("micro_steps"))
     return fw, (ms[(len(ms) - 1) // 2] if ms else None)
+
+
+_OPT_STEP = re.compile(r"^Optimizer\.step#")
+
+
+def optimizer_steps(host: pl.DataFrame) -> pl.DataFrame | None:
+    """Training steps from the optimizer's own spans, for a trace without ``ProfilerStep#`` markers:
+    on the thread with the most ``Optimizer.step#…`` spans (outermost only), step k runs from the end
+    of the k-th optimizer step to the end of the next (the loop's data loading, forward, backward and
+    its optimizer step), numbered by the optimizer step that ends it (1, 2, …). None with fewer than
+    two optimizer steps. Columns: ``model.STEP_SCHEMA``."""
+    from traceread.model import STEP_SCHEMA
+
+    if host.height == 0:
+        return None
+    ev = host.filter(pl.col("name").str.contains(_OPT_STEP.pattern).fill_null(False)
+                     & pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
+    if ev.height < 2:
+        return None
+    if "parent" in ev.columns:  # an optimizer step inside another (a wrapper's step around the inner one): once
+        pname = host["name"].to_numpy()
+        par = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+        ok = par >= 0
+        nested = np.zeros(ev.height, dtype=bool)
+        nested[ok] = [bool(_OPT_STEP.search(str(n))) for n in pname[par[ok]]]
+        ev = ev.filter(pl.Series(~nested))
+    tid = ev.group_by("tid").len().sort(["len", "tid"], descending=[True, False])["tid"][0]
+    ends = ev.filter(pl.col("tid") == tid).sort("ts")["end"].to_numpy().astype(np.float64)
+    if ends.size < 2:
+        return None
+    start, end = ends[:-1], ends[1:]
+    out = pl.DataFrame({"step": np.arange(1, ends.size, dtype=np.int64), "ts": start, "dur": end - start,
+                        "end": end, "tid": np.full(start.size, int(tid), dtype=np.int64)})
+    return out.select([pl.col(c).cast(t) for c, t in STEP_SCHEMA.items()])

@@ -13,9 +13,10 @@ for time no recorded span covers. Definitions (docs/ledger.md, "Which span cover
   (``ProfilerStep#N`` excluded: it covers every step and says nothing);
 * the **span** at t: the innermost event of the chain whose name has a specific family in
   :data:`FAMILIES` (data loading, optimizer, sync, checkpoint, GC, framework phases); else the
-  innermost user annotation (``record_function``); else the innermost event of any kind (Python
-  function, operator, runtime call); none when the chain is empty (**uncovered**). Innermost is the
-  latest start (ties: the earliest end);
+  innermost user annotation (``record_function``); else the innermost Python function (stacks
+  recorded); else, when only operators and runtime calls cover it, :data:`OPERATORS` (one label: the
+  host was running PyTorch operators, launching work); none when the chain is empty
+  (**uncovered**). Innermost is the latest start (ties: the earliest end);
 * **inner**: the innermost event of the chain (the detail inside the span: the Python frame or
   operator the time was in), when it differs from the span.
 
@@ -50,6 +51,8 @@ FAMILIES: tuple[tuple[str, str], ...] = (
                   r"^optimizer\b|clip_grad"),
     ("logging", r"(?i)\blog(ging|_metrics|_dict)?\b|on_log|wandb|tensorboard"),
     ("evaluation", r"(?i)\beval(uat(e|ion))?\b|validation_step|\[_EvaluationLoop\]"),
+    ("model_forward", r"^(DistributedDataParallel|FullyShardedDataParallel|DataParallel)\.forward$|^FSDP::|"
+                      r"^\[pl\]\[module\]|^nn\.Module: "),
     ("framework_step", r"^\[(LightningModule|Strategy|Callback|_TrainingEpochLoop|_AutomaticOptimization)\]|"
                        r"^DeepSpeedEngine|^(Trainer|accelerate)\.|training_step|train_step"),
 )
@@ -75,6 +78,8 @@ def specific_family(name: str) -> str | None:
 
 def family_of(name: str, cat: str | None) -> str:
     """A span's family: the table's, else its category's (annotation, python, operator)."""
+    if name == OPERATORS:
+        return "operator"
     return specific_family(name) or GENERIC.get(cat or "", "operator")
 
 
@@ -85,7 +90,7 @@ class ThreadEvents:
     start: np.ndarray
     end: np.ndarray
     name: list[str]
-    rank_: np.ndarray  # 0 generic (operator/python/runtime), 1 user annotation, 2 specific family
+    rank_: np.ndarray  # -1 operator or runtime call, 0 Python function, 1 user annotation, 2 specific family
 
 
 def thread_events(rt: RankTrace, tid: int, base_us: float, lo_ns: int, hi_ns: int,
@@ -113,7 +118,8 @@ def thread_events(rt: RankTrace, tid: int, base_us: float, lo_ns: int, hi_ns: in
     fams = {n: specific_family(n) for n in ev["name"].unique().to_list()}
     spec = ev["name"].replace_strict(fams, default=None, return_dtype=pl.Utf8).is_not_null().to_numpy()
     ann = (ev["cat"] == "user_annotation").fill_null(False).to_numpy()
-    rk = np.where(spec, 2, np.where(ann, 1, 0)).astype(np.int8)
+    py = (ev["cat"] == "python_function").fill_null(False).to_numpy()
+    rk = np.where(spec, 2, np.where(ann, 1, np.where(py, 0, -1))).astype(np.int8)
     return ThreadEvents(s[order].astype(np.int64), e[order].astype(np.int64), ev["name"].to_list(), rk)
 
 
@@ -151,12 +157,18 @@ def _nearest(par: np.ndarray, own: np.ndarray) -> np.ndarray:
     return out
 
 
-def label_pieces(te: ThreadEvents, starts: np.ndarray, ends: np.ndarray) -> tuple[
+#: The span of time only operators and runtime calls cover (launching work, CPU-side operators): one
+#: label for all of them, so that a host-bound gap is not cut at every operator boundary.
+OPERATORS = "(operators)"
+
+
+def label_pieces(te: ThreadEvents, starts: np.ndarray, ends: np.ndarray, detail: bool = True) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, list[str | None], list[str | None]]:
     """Cut each interval ``[starts[i], ends[i])`` (disjoint) at the thread's event boundaries and label
     each piece with its span and inner event (module docstring). Returns (piece start, piece end,
     interval index, span name or None, inner name or None); adjacent pieces of one interval with the
-    same labels are merged. Vectorised: nesting by pointer jumping, no per-event Python."""
+    same labels are merged (``detail=False``: inner left out, so only a change of span cuts). Time only
+    operators cover is :data:`OPERATORS`. Vectorised: nesting by pointer jumping, no per-event Python."""
     order = np.argsort(starts, kind="stable")
     a, b = starts[order].astype(np.int64), ends[order].astype(np.int64)
     ok = b > a
@@ -186,18 +198,23 @@ def label_pieces(te: ThreadEvents, starts: np.ndarray, ends: np.ndarray) -> tupl
         inner = x
         spec = _nearest(par, te.rank_ == 2)
         ann = _nearest(par, te.rank_ == 1)
+        py = _nearest(par, te.rank_ == 0)
         has = inner >= 0
         xi = np.clip(inner, 0, None)
-        span = np.where(has, np.where(spec[xi] >= 0, spec[xi], np.where(ann[xi] >= 0, ann[xi], inner)), -1)
+        span = np.where(has, np.where(spec[xi] >= 0, spec[xi], np.where(ann[xi] >= 0, ann[xi],
+                                                                         np.where(py[xi] >= 0, py[xi], n))), -1)
+    if not detail:
+        inner = np.full(p0.size, -1, dtype=np.int64)
     # merge by name (two sibling operators of one name in a row are one label)
-    _u, code = np.unique(np.array(te.name + [""], dtype=object).astype(str), return_inverse=True)
-    code = np.append(code[:-1], -1)  # index -1: no event
+    # index n: OPERATORS, index -1 (last): no event
+    _u, code = np.unique(np.array([*te.name, OPERATORS, ""], dtype=object).astype(str), return_inverse=True)
+    code = np.append(code[:-1], -1)
     sc, ic = code[span], code[inner]
     brk = np.ones(p0.size, dtype=bool)
     brk[1:] = (kc[1:] != kc[:-1]) | (p0[1:] != p1[:-1]) | (sc[1:] != sc[:-1]) | (ic[1:] != ic[:-1])
     first = np.flatnonzero(brk)
     last = np.r_[first[1:], p0.size] - 1
-    names = np.array(te.name + [None], dtype=object)  # index -1: None
+    names = np.array([*te.name, OPERATORS, None], dtype=object)  # index n: OPERATORS, -1: None
     sp, inn = span[first], inner[first]
     span_names = names[sp].tolist()
     same = code[inn] == code[sp]

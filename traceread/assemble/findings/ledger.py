@@ -164,7 +164,7 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
             continue
         _take, top, top_rank = claimed[0]
         sc = sp.cause_of(taken) if top[0] in HOST_CATEGORIES else None
-        if sc is not None and sc.covered and sc.us >= 0.5 * _take:
+        if sc is not None and sc.named and sc.us >= 0.5 * _take:
             word = sp.FAMILY_WORDS.get(sc.family or "", "span")
             label = ("host", str(sc.span))
             what = (f"rank {sc.rank}'s host was in {sc.span} ({word}) while the GPU waited" if sc.rank not in cpu
@@ -174,7 +174,7 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
         else:
             label, what = _slow_cause(b, top, top_rank, entries.get(int(b["step"])), cpu)
         g = groups.setdefault(label, {"steps": [], "share": 0.0, "what": what, "top": top, "rank": top_rank,
-                                      "taken": {}, "family": sc.family if sc is not None and sc.covered else None})
+                                      "taken": {}, "family": sc.family if sc is not None and sc.named else None})
         g["steps"].append((int(b["step"]), excess, float(b["step_us"])))
         g["share"] += got
         for k2, us in taken.items():
@@ -519,7 +519,7 @@ def _category_finding(report: Report, win: Window, category: str, role: str | No
             sugg.insert(0, "These collectives run on the host over gloo: every gradient bucket is copied off the GPU, "
                            "all-reduced by the CPU and copied back while the GPU waits. Use the NCCL backend (one GPU "
                            "per rank) so they run on the GPU and overlap backward.")
-    elif category == "host_bound" and sc is not None and sc.covered:
+    elif category == "host_bound" and sc is not None and sc.named:
         per_span, oth = sp.span_numbers(report, sc, win.n)
         word = sp.FAMILY_WORDS.get(sc.family or "", "span")
         part = "all of it" if sc.us >= 0.99 * share else f"{ms(sc.us / win.n)} of it"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceread.analysis.time.host_spans import OPERATORS
 from traceread.assemble.findings.base import SpanId
 from traceread.fmt import ms
 from traceread.report_schema import Report
@@ -21,7 +22,8 @@ from traceread.report_schema import Report
 FAMILY_WORDS: dict[str, str] = {
     "data_loading": "data loader", "optimizer": "optimizer step", "sync": "synchronising call",
     "checkpoint": "checkpoint saving", "gc": "garbage collection", "logging": "logging",
-    "evaluation": "evaluation", "framework_step": "framework hook", "annotation": "annotated region",
+    "evaluation": "evaluation", "framework_step": "framework hook", "model_forward": "model's forward",
+    "annotation": "annotated region",
     "python": "Python code", "operator": "operator", "communication": "communication call",
 }
 
@@ -41,6 +43,11 @@ class SpanCause:
     @property
     def covered(self) -> bool:
         return self.span is not None
+
+    @property
+    def named(self) -> bool:
+        """Covered by a span that names a cause (not only by operators: the host launching work)."""
+        return self.span is not None and self.span != OPERATORS
 
 
 def cause_of(taken: Mapping[tuple[int, SpanId], float]) -> SpanCause | None:
@@ -142,6 +149,10 @@ def evidence(report: Report, c: SpanCause, n: int) -> list[str]:
             out.append(f"rank {r}: {ms(us / n)} per step no recorded span covers ({checked(report, r)})")
             continue
         fam, name = sid
+        if name == OPERATORS:
+            out.append(f"rank {r}: {ms(us / n)} per step of this time in PyTorch operators and runtime calls "
+                       "(launching work), inside no named span")
+            continue
         own = span_per_step(report, r, name)
         oth = others_text(report, r, name)
         extra = f"; the span takes {ms(own)} per step on rank {r}" if own else ""
@@ -177,6 +188,9 @@ def describe(report: Report, c: SpanCause | None, n: int) -> tuple[str, Any] | N
         return None
     if not c.covered:
         return (f"its host time is outside any recorded span ({checked(report, c.rank)})", None)
+    if not c.named:
+        return (f"its host was running PyTorch operators (launching work) for {ms(c.us / max(n, 1))} per step "
+                "more than the others", "operator")
     per, oth = span_numbers(report, c, n)
     return (f"{phrase(c)} takes {ms(per)} per step" + (f" ({oth})" if oth else ""), c.family)
 
