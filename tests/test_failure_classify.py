@@ -142,6 +142,24 @@ def test_one_process_killed_by_the_oom_killer(tmp_path: Path) -> None:
     assert "OOM killer" in first["next_step"]
 
 
+def test_a_job_the_collector_killed_on_a_hang_did_not_fail_of_its_own(tmp_path: Path) -> None:
+    """``--on-hang kill``: collect stopped the hung one-process job and exits 1. That exit code is the collector's,
+    not a rank's failure: no first failure, the summary sends the reader to the hang (which leads the report).
+    The same folder without the kill record is a failure of rank 0 (its exit code), so the rule has two sides."""
+    run = {"exit_code": 1, "hang": {"action": "kill", "timeout_s": 15.0}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank0.json").write_text(json.dumps({"rank": 0, "host": "node7", "pid": 4242,
+                                                               "clock": [{"label": "start", "time_ns": T0}]}))
+    _progress(tmp_path, 0, 20, T0 + 10**9)
+    f = diagnose_failure(tmp_path)
+    assert f is not None and f["first"] is None
+    assert "found the job hung and stopped it" in f["summary"]
+    (tmp_path / "run.json").write_text(json.dumps({"exit_code": 1}))
+    g = diagnose_failure(tmp_path)
+    assert g is not None and g["first"]["rank"] == 0
+
+
 def test_terminal_control_in_an_error_message_is_made_visible(tmp_path: Path) -> None:
     _error(tmp_path, 2, "RuntimeError: boom \x1b[2J\x1b]0;owned\x07 here", T0)
     f = diagnose_failure(tmp_path)

@@ -128,14 +128,14 @@ def _check_report(folder: Path) -> dict[str, Any]:
         assert rl["step_us"] == pytest.approx(dur, abs=1e-3)  # whole ns
     crit = next(r for r in report["ranks"] if r["rank"] == led["critical_rank"])
     assert crit["ledger"]["step_us"] == pytest.approx(led["step_us"], abs=1e-6)
-    shares = [f["impact_us_total"] for f in report["findings"] if f["id"] != "hang"]
+    shares = [f["impact_us_total"] for f in report["findings"] if f["id"] not in ("hang", "failure")]  # not shares
     assert sum(shares) <= w["total_us"] + 1e-6
     assert report["coverage"]["explained_total_us"] == pytest.approx(min(sum(shares), w["total_us"]))
     assert report["coverage"]["step_us"] == pytest.approx(w["mean_step_us"])
     for f in report["findings"]:
         assert f["category"] and "role" in f
         assert f.get("predicted_saving_us", 0.0) <= f["impact_us_per_step"] + 1e-9
-        if f["id"] != "hang":
+        if f["id"] not in ("hang", "failure"):
             assert f["impact_us_per_step"] == pytest.approx(f["impact_us_total"] / w["steps"])
             assert f["impact_pct"] == pytest.approx(100.0 * f["impact_us_total"] / w["total_us"])
     return report

@@ -401,11 +401,14 @@ def diagnose_failure(run_dir: str | Path) -> dict[str, Any] | None:
     for a in attempts:
         _complete(a, codes, blocks, a is attempts[-1])
     last = attempts[-1]
-    if exit_code and not any(a.failures for a in attempts) and len(last.ranks) == 1:
+    # the collector found the job hung and killed it (--on-hang kill): the exit code is ours, not a rank's failure
+    stopped_on_hang = isinstance(run.get("hang"), dict) and run["hang"].get("action") == "kill"
+    if exit_code and not stopped_on_hang and not any(a.failures for a in attempts) and len(last.ranks) == 1:
         # one process and no launcher of its own (plain python): the job's exit code is the rank's
         (r,) = last.ranks
         last.failures[r] = _exit_failure(r, last.index, exit_code, "run.json")
         _complete(last, {}, {}, True)
+    for a in attempts:
         for r, f in a.failures.items():  # torn down by its NCCL watchdog after a timeout: an echo of the hang
             if r in timed_out and f.family in ("abort", "fatal_signal", "exit_code", "killed"):
                 f.family = "watchdog_timeout"

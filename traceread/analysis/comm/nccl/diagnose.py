@@ -344,7 +344,7 @@ def collective_timeout(s: dict[str, Any]) -> list[Diagnosis]:
         by_seq[(pg, t.get("seq"), t.get("op"))].append(t["rank"] if t["rank"] is not None else -1)
     return [_d("collective_timeout", "error",
                f"collective #{seq} ({op or 'unknown op'}) on PG {pg if pg is not None else '?'} timed out on ranks "
-               f"{_ranks(sorted(ranks))}; these ranks are victims - the culprit is a rank that never joined it "
+               f"{_ranks(sorted(set(ranks)))}; these ranks are victims - the culprit is a rank that never joined it "
                "(see `traceread hang`)", _ev(s, "watchdog"),
                "Run `traceread hang` on the run folder (Flight Recorder dumps name the rank that never joined).")
             for (pg, seq, op), ranks in by_seq.items()]
