@@ -25,6 +25,7 @@ from traceread import __version__
 from traceread.collect.env import collect_env
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
+from traceread.collect.telemetry import start_telemetry
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines
@@ -299,6 +300,7 @@ def run_collect(opts: CollectOptions) -> int:
 
     dog = Watchdog(host_dir, timeout_s=opts.hang_timeout_s, floor_s=opts.hang_floor_s, factor=opts.hang_factor,
                    startup_timeout_s=opts.startup_timeout_s, grace_s=opts.dump_grace_s)
+    telemetry = start_telemetry(host_dir) if collecting else None  # GPU sensors, ~1 Hz (collect/telemetry.py)
     hang: dict[str, Any] | None = None
     dumps: list[dict[str, Any]] = []
     killed_for_hang = False
@@ -344,6 +346,8 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
+    if telemetry is not None:
+        opts.extra["telemetry"] = telemetry.stop()
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
@@ -462,6 +466,7 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
         "env_added": added,
         "hang": hang,
         "dumps": dumps,
+        "telemetry": opts.extra.get("telemetry"),
         "files": _inventory(host_dir),
     }
     write_json(host_dir / "run.json", build_run_json(host_dir, base))
