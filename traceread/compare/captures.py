@@ -32,14 +32,12 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from traceread.assemble.queries import median_step_us, per_step
 from traceread.fmt import ms, short_name
-from traceread.read.watch import Capture, StepSeries, find_captures, read_series
 
 if TYPE_CHECKING:
     from traceread.options import ReportOptions
+    from traceread.read.watch import Capture, StepSeries
     from traceread.report_schema import Report
 
 RANK_SHARE = 0.25
@@ -58,18 +56,20 @@ CATEGORY_TEXT = {"host_bound": "host-bound idle", "compute_bound": "compute", "m
 
 
 def run_dir_of(paths: Sequence[str | Path]) -> Path | None:
-    """The run folder a watched report reads: a path holding progress/, captures/ or telemetry/
-    (also under a per-host sub-folder)."""
-    from traceread.read.watch import host_dirs
-
+    """The run folder a watched report reads: a path holding a step series, captures or telemetry
+    (also under a per-host sub-folder). Cheap: the report of a plain folder imports nothing more."""
     for p in paths:
         if isinstance(p, str) and "://" in p:
             continue
         q = Path(p)
         if not q.is_dir():
             continue
-        for d in host_dirs(q):
-            if any((d / sub).is_dir() for sub in ("progress", "captures", "telemetry")):
+        try:
+            dirs = [q, *(d for d in q.iterdir() if d.is_dir())]
+        except OSError:
+            continue
+        for d in dirs:
+            if any((d / "progress").glob("rank*.steps")) or (d / "captures").is_dir() or (d / "telemetry").is_dir():
                 return q
     return None
 
@@ -102,6 +102,8 @@ def build_watched(paths: Sequence[str | Path], options: ReportOptions) -> Report
 def watch_section(base: Report, run_dir: Path, options: ReportOptions, warn: Callable[[str], None],
                   gpus: Sequence[Any] = ()) -> dict[str, Any] | None:
     """``report["watch"]``: the series (downsampled), each capture compared, the answer."""
+    from traceread.read.watch import find_captures, read_series
+
     series = read_series(run_dir, warn)
     captures = find_captures(run_dir, warn)
     if series is None and not captures:
@@ -114,8 +116,12 @@ def watch_section(base: Report, run_dir: Path, options: ReportOptions, warn: Cal
             rows.append(row)
     changed = [r for r in rows if r.get("changed")]
     answer = max(changed, key=lambda r: r.get("lost_us") or 0.0) if changed else None
+    anchor = None  # a step both the baseline trace and the series hold: maps wall time onto the trace clock
+    if series is not None and base_steps is not None:
+        wall = series.wall_ns(base_steps[1])
+        anchor = {"step": base_steps[1], "wall_ns": wall} if wall is not None else None
     return {"series": downsample(series) if series is not None else None, "baseline_steps": base_steps,
-            "captures": rows, "answer": answer}
+            "anchor": anchor, "captures": rows, "answer": answer}
 
 
 def _steps_of(doc: Report) -> list[int] | None:
@@ -126,12 +132,15 @@ def _steps_of(doc: Report) -> list[int] | None:
 def downsample(series: StepSeries, points: int = SERIES_POINTS) -> dict[str, Any]:
     """The job series in at most ``points`` buckets (first/last step, median and max step time), and
     each rank's bucketed mean."""
+    import numpy as np
+
     n = len(series.steps)
     width = max(1, -(-n // points))
-    first, last, med, top = [], [], [], []
+    first, last, med, top, wall = [], [], [], [], []
     for i in range(0, n, width):
         s = series.steps[i:i + width]
         v = series.job_us[i:i + width]
+        wall.append(int(series.end_ns[min(n, i + width) - 1]))
         first.append(int(s[0]))
         last.append(int(s[-1]))
         med.append(float(np.median(v)))
@@ -139,7 +148,7 @@ def downsample(series: StepSeries, points: int = SERIES_POINTS) -> dict[str, Any
     return {"steps": n, "first_step": int(series.steps[0]) if n else None,
             "last_step": int(series.steps[-1]) if n else None,
             "median_us": float(np.median(series.job_us)) if n else None, "bucket_steps": width,
-            "step_first": first, "step_last": last, "job_median_us": med, "job_max_us": top,
+            "step_first": first, "step_last": last, "job_median_us": med, "job_max_us": top, "wall_end_ns": wall,
             "ranks": {str(r): v for r, v in series.rank_buckets.items()},
             "rank_bucket_steps": [list(b) for b in series.bucket_steps]}
 
@@ -236,6 +245,8 @@ def _waited_in(cap: Report, rank: int) -> dict[str, Any] | None:
 def slow_stretch(series: StepSeries, around: int, baseline_us: float, excess_us: float,
                  capture: tuple[int, int] | None) -> tuple[int, int, int, float] | None:
     """(first, last, slow steps, µs lost) of the stretch around step ``around`` (module docstring)."""
+    import numpy as np
+
     if not len(series.steps) or excess_us <= 0:
         return None
     slow = series.job_us - baseline_us >= SLOW_FRACTION * excess_us
@@ -327,6 +338,8 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
 
 def _series_baseline(series: StepSeries, base: Report, fallback: float) -> float:
     """The baseline step in the series' own terms: its median over the baseline window's steps."""
+    import numpy as np
+
     steps = _steps_of(base)
     if steps:
         v = series.between(steps[0], steps[1])
