@@ -76,12 +76,12 @@ def render_terminal(report: Report, console: Console, width: int, ascii_only: bo
         return
     series = w.get("series") or {}
     if series.get("steps"):
-        console.print(Text(f"Step time over the whole job — {series['steps']} steps ({series['first_step']}-"
+        console.print(Text(f"Step time over the whole job: {series['steps']} steps ({series['first_step']}-"
                            f"{series['last_step']}), median {ms(series.get('median_us'))}, peak "
-                           f"{ms(max(series.get('job_max_us') or [0.0]))} (b: baseline window, 1, 2…: captures; "
-                           "docs/watch-report.md)", style="bold"))
+                           f"{ms(max(series.get('job_max_us') or [0.0]))}", style="bold"))
         for line in sparkline(report, width - 4, ascii_only):
-            console.print(Text("  " + line))
+            console.print(Text("  " + line), overflow="crop", no_wrap=True)
+        console.print(Text("  b: the baseline window · 1, 2…: captured windows (docs/watch-report.md)"))
     for c in w.get("captures") or []:
         steps = c.get("steps")
         head = f"  capture {c.get('id')} ({c.get('kind')}, {c.get('requested_by') or '?'}"
