@@ -59,7 +59,7 @@ class _Nvml:
     vendor = "nvidia"
 
     def __init__(self) -> None:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]
 
         self.nv = pynvml
         pynvml.nvmlInit()
@@ -146,7 +146,7 @@ class _Nvml:
         if self.events is None:
             time.sleep(timeout_s)
             return []
-        out = []
+        out: list[tuple[int, int]] = []
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -176,7 +176,7 @@ class _AmdSmi:
     vendor = "amd"
 
     def __init__(self) -> None:
-        import amdsmi
+        import amdsmi  # type: ignore[import-not-found]
 
         self.a = amdsmi
         amdsmi.amdsmi_init()

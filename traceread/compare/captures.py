@@ -95,7 +95,7 @@ def build_watched(paths: Sequence[str | Path], options: ReportOptions) -> Report
     gpus = guarded("GPU telemetry", warnings, lambda: telemetry_join.join(doc, run_dir, options, warnings.append), [])
     watch = guarded("watched run", warnings, lambda: watch_section(doc, run_dir, options, warnings.append, gpus))
     if watch is not None:
-        doc["watch"] = watch  # type: ignore[typeddict-unknown-key]
+        doc["watch"] = watch
     return doc
 
 
@@ -170,8 +170,9 @@ def _growth(base: Report, cap: Report) -> tuple[list[dict[str, Any]], dict[tuple
     per_key = {k: c.get(k, 0.0) - b.get(k, 0.0) for k in set(b) | set(c)}
     for (cat, _r), d in per_key.items():
         by_cat[cat] = by_cat.get(cat, 0.0) + d
-    rows = [{"category": k, "words": CATEGORY_TEXT.get(k, k), "delta_us": v} for k, v in by_cat.items()]
-    rows.sort(key=lambda r: -r["delta_us"])
+    rows: list[dict[str, Any]] = [{"category": k, "words": CATEGORY_TEXT.get(k, k), "delta_us": v}
+                                  for k, v in by_cat.items()]
+    rows.sort(key=lambda r: -float(r["delta_us"]))
     return rows, per_key
 
 
@@ -324,8 +325,10 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     row["kernel"] = _grown_name(_per_name(b_sum, rank, "kernel"), _per_name(c_sum, rank, "kernel"), excess)
     row["waited_in"] = _waited_in(doc, rank) if rank is not None and how == "straggler" else None
     since = trig.get("since_step") if isinstance(trig.get("since_step"), int) else (steps[0] if steps else None)
-    stretch = slow_stretch(series, since, _series_baseline(series, base, b_step), excess, tuple(steps) if steps else None) \
-        if series is not None and since is not None else None
+    stretch = None
+    if series is not None and since is not None:
+        stretch = slow_stretch(series, since, _series_baseline(series, base, b_step), excess,
+                               (steps[0], steps[1]) if steps else None)
     if stretch is not None:
         row["slow_steps"], row["n_slow_steps"], row["lost_us"] = [stretch[0], stretch[1]], stretch[2], stretch[3]
     else:

@@ -49,7 +49,7 @@ def rank_facts(report: Report, options: ReportOptions) -> dict[int, dict[str, An
     return out
 
 
-def window_ns(entry: dict[str, Any], base_time_ns: int | None) -> tuple[int, int] | None:
+def window_ns(entry: Any, base_time_ns: int | None) -> tuple[int, int] | None:
     """The rank's analysed steps in wall time (ns), or None without ``baseTimeNanoseconds``."""
     steps = entry.get("steps") or []
     if base_time_ns is None or not steps:
@@ -79,15 +79,15 @@ def join(report: Report, run_dir: Path, options: ReportOptions, warn: Callable[[
     if not gpus:
         tel = (run_info or {}).get("telemetry")
         if isinstance(tel, dict) and tel.get("state") == "off":
-            report["telemetry"] = {"state": "off", "why": tel.get("why"), "gpus": []}  # type: ignore[typeddict-unknown-key]
+            report["telemetry"] = {"state": "off", "why": tel.get("why"), "gpus": []}
         return gpus
     facts = rank_facts(report, options) if report.get("ranks") else {}
     per_rank: dict[int, dict[str, Any]] = {}
     for entry in report.get("ranks") or []:
         r = int(entry["rank"])
-        f = facts.get(r, {})
-        g = gpu_of(r, run_info, f, entry.get("host"), gpus)
-        win = window_ns(entry, f.get("base_time_ns"))
+        fact = facts.get(r, {})
+        g = gpu_of(r, run_info, fact, entry.get("host"), gpus)
+        win = window_ns(entry, fact.get("base_time_ns"))
         if g is None or win is None:
             continue
         state = gpu_state(g, *win)
@@ -95,14 +95,15 @@ def join(report: Report, run_dir: Path, options: ReportOptions, warn: Callable[[
             per_rank[r] = state
     clocks = {r: s["sm_clock_mhz"] for r, s in per_rank.items() if s.get("sm_clock_mhz") is not None}
     for f in report.get("findings") or []:
-        r = f.get("rank")
-        if f.get("id") != "straggler" or r is None or r not in per_rank or not per_rank[r]["throttled"]:
+        who = f.get("rank")
+        if f.get("id") != "straggler" or who is None or who not in per_rank or not per_rank[who]["throttled"]:
             continue
+        r = who
         others = [c for q, c in clocks.items() if q != r]
         text = describe(per_rank[r], median(others) if others else None)
         f["title"] = f"{f['title']}; its {text}"
         f.setdefault("evidence", []).insert(0, f"GPU telemetry: {text}")
-        f["telemetry"] = per_rank[r]  # type: ignore[typeddict-unknown-key]
+        f["telemetry"] = per_rank[r]
     hang_xids = _hang_xids(report, run_dir, gpus)
     for f in report.get("findings") or []:
         if f.get("id") == "hang" and hang_xids:
@@ -110,8 +111,8 @@ def join(report: Report, run_dir: Path, options: ReportOptions, warn: Callable[[
                               + f" {x['before_detection_s']:.0f} s before the hang was detected" for x in hang_xids[:3])
             f["title"] = f"{f['title']} — the driver reported {words}"
             f.setdefault("evidence", []).insert(0, f"GPU telemetry: {words}")
-            f["xids"] = hang_xids  # type: ignore[typeddict-unknown-key]
-    report["telemetry"] = {  # type: ignore[typeddict-unknown-key]
+            f["xids"] = hang_xids
+    report["telemetry"] = {
         "state": "on", "gpus": [{"host": g.host, "gpu": g.gpu, "name": g.info.get("name"), "samples": len(g.t_ns),
                                  "xids": len(g.xids)} for g in gpus],
         "ranks": {str(r): s for r, s in sorted(per_rank.items())},
@@ -126,7 +127,8 @@ def _hang_xids(report: Report, run_dir: Path, gpus: Sequence[GpuTelemetry]) -> l
     if not hang or not isinstance(hang.get("detected_at_ns"), int):
         return []
     end = int(hang["detected_at_ns"])
-    stalled = hang.get("stalled_for_s") if isinstance(hang.get("stalled_for_s"), (int, float)) else 0.0
+    got = hang.get("stalled_for_s")
+    stalled = float(got) if isinstance(got, (int, float)) else 0.0
     start = end - int((float(stalled) + XID_BEFORE_S) * 1e9)
     out = [{"host": g.host, "gpu": g.gpu, "xid": x, "t_ns": t, "before_detection_s": (end - t) / 1e9}
            for g in gpus for t, x in g.xids if start <= t <= end]

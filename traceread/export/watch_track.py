@@ -33,7 +33,7 @@ def _offset_us(report: Report, watch: dict[str, Any]) -> float:
 
 def watch_events(report: Report) -> Iterator[bytes]:
     """Counter samples (one per series point, at its last step's end) and capture slices."""
-    watch = report.get("watch")  # type: ignore[typeddict-item]
+    watch = report.get("watch")
     if not isinstance(watch, dict) or not watch.get("series"):
         return
     series = watch["series"]
@@ -55,7 +55,7 @@ def watch_events(report: Report) -> Iterator[bytes]:
         keys = [k for k in at if k >= step]
         return at[min(keys)] if keys else None
 
-    spans = [("baseline window", watch.get("baseline_steps"), {})]
+    spans: list[tuple[str, Any, dict[str, Any]]] = [("baseline window", watch.get("baseline_steps"), {})]
     spans += [(f"capture {c.get('id')}: {c.get('kind')}", c.get("steps"),
                {"sentence": c.get("sentence"), "rank": c.get("rank"), "lost_ms": round((c.get("lost_us") or 0) / 1e3, 3)})
               for c in watch.get("captures") or []]

@@ -22,7 +22,7 @@ ASCII_BARS = "_.-:=+*#"
 
 
 def watch_of(report: Report) -> dict[str, Any] | None:
-    w = report.get("watch")  # type: ignore[typeddict-item]
+    w = report.get("watch")
     return w if isinstance(w, dict) else None
 
 
@@ -50,7 +50,7 @@ def sparkline(report: Report, width: int, ascii_only: bool = False) -> list[str]
     """The series as bars, and a line below marking the baseline window (b) and each capture (1, 2…)."""
     w = watch_of(report)
     series = (w or {}).get("series")
-    if not series or not series.get("steps"):
+    if w is None or not series or not series.get("steps"):
         return []
     cols = _buckets(series, max(10, width))
     top = max(v for _, _, v in cols) or 1.0

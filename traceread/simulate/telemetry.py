@@ -19,7 +19,7 @@ from traceread.simulate.kineto import BASE_TIME_NS
 #: Reason → the NVML bit the collector would have decoded it from.
 REASON_BITS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20,
                "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80}
-GPU_SPECS = {"H100": {"name": "NVIDIA H100 80GB HBM3", "max_sm": 1980, "mem": 2619, "limit_w": 700.0},
+GPU_SPECS: dict[str, dict[str, Any]] = {"H100": {"name": "NVIDIA H100 80GB HBM3", "max_sm": 1980, "mem": 2619, "limit_w": 700.0},
              "A100": {"name": "NVIDIA A100-SXM4-80GB", "max_sm": 1410, "mem": 1593, "limit_w": 400.0},
              "B200": {"name": "NVIDIA B200", "max_sm": 1965, "mem": 3996, "limit_w": 1000.0}}
 
