@@ -182,3 +182,24 @@ def test_slow_stretch_counts_from_the_series() -> None:
     s = StepSeries(steps=steps, job_us=job, end_ns=np.cumsum(job * 1000).astype(np.int64), ranks=[0])
     first, last, n, lost = slow_stretch(s, 52, 10.0, 20.0, (55, 58)) or (0, 0, 0, 0.0)
     assert (first, last, n) == (50, 63, 12) and lost == pytest.approx(12 * 20.0)
+
+
+def test_gpu_slowdown_capture_names_compute_and_the_throttled_clock(tmp_path: Path) -> None:
+    """Rank 1's GPU 20 ms slower per step in steps 200-239 (the simulator spreads it over its compute
+    kernels); its telemetry says power cap at 1,290 MHz over the captured window's wall time."""
+    from traceread.simulate.kineto import T0_NS
+    from traceread.simulate.telemetry import TelemetryPlan, Throttle, trace_wall_ns, write_telemetry
+
+    run = tmp_path / "run"
+    truth = write_watched_run(run, cause="gpu", delay_us=20_000.0)
+    t0 = trace_wall_ns(T0_NS / 1000)  # the simulated capture starts at the trace's origin
+    write_telemetry(run, TelemetryPlan(gpus=2, start_ns=t0 - 10**10, end_ns=t0 + 10**10,
+                                       throttles=[Throttle(1, t0 - 10**10, t0 + 10**10, "sw_power_cap", 1290)]))
+    a = build_watched([str(run)], ReportOptions(use_cache=False, workers=1))["watch"]["answer"]
+    assert a["rank"] == truth["slow_rank"] and a["slow_steps"] == truth["slow_steps"]
+    assert a["what"]["category"] == "compute_bound"
+    assert a["compute_delta_us"] == pytest.approx(20_000.0, rel=0.02)
+    assert a["host_span"] is None  # the host waiting on its GPU (cudaStreamSynchronize) is no cause
+    assert a["telemetry"]["throttled"] and a["telemetry"]["sm_clock_mhz"] == 1290
+    assert "rank 1's GPU compute took 20.0 ms more per step" in a["sentence"]
+    assert "throttled (power cap, 100% of samples): SM clock 1,290 MHz vs 1,980 MHz max" in a["sentence"]

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 RANK_SHARE = 0.25
 SPAN_SHARE = 0.25
+KERNEL_SHARE = 0.1
+COMPUTE = ("compute_bound", "memory_bound", "compute_other")
+HOST = ("host_bound", "idle_other", "dependency")
 ALONE_FACTOR = 3.0
 SLOW_FRACTION = 0.5
 RECOVERY_STEPS = 5
@@ -212,14 +215,30 @@ def _per_name(summaries: dict[int, Any], rank: int | None, kind: str) -> dict[st
     return {k: float(median(v + [0.0] * (n - len(v)))) for k, v in out.items()}
 
 
-def _grown_name(base: dict[str, float], cap: dict[str, float], excess: float) -> dict[str, Any] | None:
-    d = {k: v - base.get(k, 0.0) for k, v in cap.items()}
+#: Host spans that are the host waiting for its GPU: their growth is an effect of a slower GPU, never a cause.
+SYNC_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item",
+              "aten::_local_scalar_dense", "hipStreamSynchronize", "hipDeviceSynchronize", "cudaMemcpy")
+
+
+def _grown_name(base: dict[str, float], cap: dict[str, float], excess: float,
+                share: float = SPAN_SHARE) -> dict[str, Any] | None:
+    d = {k: v - base.get(k, 0.0) for k, v in cap.items() if not k.startswith(SYNC_WAITS)}
     if not d:
         return None
     name = max(d, key=lambda k: (d[k], k))
-    if d[name] < SPAN_SHARE * excess:
+    if d[name] < share * excess:
         return None
     return {"name": name, "delta_us": d[name], "baseline_us": base.get(name, 0.0), "capture_us": cap[name]}
+
+
+def _compute_delta(base: Report, cap: Report, rank: int | None) -> float | None:
+    """Growth of compute per step: on ``rank``, else the median over ranks."""
+    before = {int(r["rank"]): per_step(r, "compute_us") for r in base.get("ranks") or []}
+    deltas = {int(r["rank"]): (per_step(r, "compute_us") or 0.0) - (before.get(int(r["rank"])) or 0.0)
+              for r in cap.get("ranks") or [] if before.get(int(r["rank"])) is not None}
+    if rank is not None:
+        return deltas.get(rank)
+    return float(median(deltas.values())) if deltas else None
 
 
 def _summaries(doc: Report, options: ReportOptions) -> dict[int, Any]:
@@ -322,7 +341,8 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     row["rank"], row["rank_from"] = rank, how
     b_sum, c_sum = _summaries(base, options), _summaries(doc, options)
     row["host_span"] = _grown_name(_per_name(b_sum, rank, "host"), _per_name(c_sum, rank, "host"), excess)
-    row["kernel"] = _grown_name(_per_name(b_sum, rank, "kernel"), _per_name(c_sum, rank, "kernel"), excess)
+    row["kernel"] = _grown_name(_per_name(b_sum, rank, "kernel"), _per_name(c_sum, rank, "kernel"), excess, KERNEL_SHARE)
+    row["compute_delta_us"] = _compute_delta(base, doc, rank)
     row["waited_in"] = _waited_in(doc, rank) if rank is not None and how == "straggler" else None
     since = trig.get("since_step") if isinstance(trig.get("since_step"), int) else (steps[0] if steps else None)
     stretch = None
@@ -372,10 +392,13 @@ def sentence(row: dict[str, Any]) -> str:
     rank = row.get("rank")
     who = f"rank {rank}'s" if rank is not None else "every rank's"
     span, kernel, what = row.get("host_span"), row.get("kernel"), row.get("what") or {}
-    if span and (what.get("category") in ("host_bound", "idle_other", None) or not kernel):
+    cat = what.get("category")
+    if cat in COMPUTE and row.get("compute_delta_us"):
+        cause = f"{who} GPU compute took {ms(row['compute_delta_us'])} more per step"
+        if kernel:
+            cause += f" (most in `{short_name(kernel['name'], 80)}`, +{ms(kernel['delta_us'])})"
+    elif cat in HOST and span:
         cause = f"{who} `{short_name(span['name'], 80)}` took {ms(span['delta_us'])} more per step"
-    elif kernel:
-        cause = f"{who} GPU kernel `{short_name(kernel['name'], 80)}` took {ms(kernel['delta_us'])} more per step"
     elif what:
         cause = f"{who} {what.get('words')} grew by {ms(what.get('delta_us'))} per step"
     else:
