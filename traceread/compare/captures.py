@@ -11,7 +11,7 @@ Definitions (docs/watch-report.md), all per step, µs:
   its steps, summed over ranks), with its growth; ``growth`` lists the categories that grew;
 * ``rank`` — the rank it came from: the capture's top straggler when its blame is at least
   :data:`RANK_SHARE` of the excess, else a rank whose compute grew :data:`ALONE_FACTOR` × the others',
-  else None (the whole job);
+  else the one rank a `rank_late` trigger names, else None (the whole job);
 * ``host_span`` — on that rank (every rank's median when None), the host span (operator,
   annotation) whose self time per step grew most, when that growth is at least :data:`SPAN_SHARE` of
   the excess; ``kernel`` — likewise for GPU kernels (total time per step);
@@ -312,7 +312,8 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
         row["note"] = "no trace"
         return row
     try:
-        doc = build_report([str(d) for d in cap.dirs], replace(options, cycle="latest"))
+        # the trace files by name: a capture folder also holds each rank's outcome (rank{R}.json), stacks, fr
+        doc = build_report([str(f) for f in cap.files], replace(options, cycle="latest"))
     except NothingUsableError as exc:
         warn(f"{cap.dirs[0]}: {exc}")
         row["note"] = str(exc)
@@ -338,6 +339,10 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     row["growth"] = [g for g in growth if g["delta_us"] > NOISE_SHARE * b_step][:5]
     row["what"] = growth[0] if growth else None
     rank, how = _culprit(base, doc, excess)
+    hinted = trig.get("ranks")
+    if rank is None and trig.get("kind") == "rank_late" and isinstance(hinted, list) and len(hinted) == 1 \
+            and isinstance(hinted[0], int):
+        rank, how = hinted[0], "trigger"  # the watch saw that one rank end its steps late
     row["rank"], row["rank_from"] = rank, how
     b_sum, c_sum = _summaries(base, options), _summaries(doc, options)
     row["host_span"] = _grown_name(_per_name(b_sum, rank, "host"), _per_name(c_sum, rank, "host"), excess)

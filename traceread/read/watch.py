@@ -18,7 +18,7 @@ Under the per-host layout each of these is under ``RUN/<host>/``. Definitions (d
 Bounded memory: a file is read in blocks; the job keeps two int64 per step number (the latest
 and earliest end over ranks) and each rank only :data:`RANK_BUCKETS` bucket means. A damaged file
 is one warning naming it, never an exception; lines that are not two integers are skipped and
-counted (a last line cut by a kill is not worth a warning).
+counted; a last line without its newline is being written and is ignored.
 """
 
 from __future__ import annotations
@@ -142,10 +142,7 @@ def read_rank_steps(path: Path, rank: int) -> RankSteps:
             chunks_s.append(s)
             chunks_t.append(t)
             bad += b
-    if tail.strip():  # a last line without its newline: the writer was killed mid-line, or it is whole
-        s, t, _b = _parse_lines(tail + b"\n")
-        chunks_s.append(s)
-        chunks_t.append(t)
+    # a last line without its newline is being written (or was cut by a kill): never read (docs/watch.md)
     steps = np.concatenate(chunks_s) if chunks_s else np.zeros(0, np.int64)
     ends = np.concatenate(chunks_t) if chunks_t else np.zeros(0, np.int64)
     if bad and bad >= len(steps):
