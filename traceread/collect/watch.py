@@ -260,8 +260,8 @@ def profiler_steps(config: dict[str, Any]) -> Callable[[int], bool]:
         if p < 0:
             return True  # step 1 and the profiler's start
         cycle, pos = divmod(p, n)
-        if repeat > 0 and cycle >= repeat:
-            return p - repeat * n <= 1  # the export step(s) after the last cycle
+        if repeat > 0:  # the whole bounded window (start-up steps are no steady state) and its export
+            return cycle < repeat or p - repeat * n <= 1
         return pos >= wait - 1 or pos <= 1
 
     return slowed
