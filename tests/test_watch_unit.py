@@ -39,7 +39,7 @@ def _noisy(n: int, base: float, seed: int, spread: float = 0.1) -> list[float]:
 
 
 def _run(series: dict[int, list[tuple[int, int]]], opts: WatchOptions | None = None, chunk: int = 7,
-         excluded=lambda s: False) -> list:  # noqa: ANN001
+         excluded=lambda s: False) -> list:
     det = Detector(opts or WatchOptions(), excluded)
     fired = []
     n = max(len(p) for p in series.values())

@@ -359,6 +359,11 @@ def run_collect(opts: CollectOptions) -> int:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
+    if watch is not None:
+        try:
+            watch.finish()
+        except Exception as exc:
+            tee.note(f"watch: cannot close the captures: {type(exc).__name__}: {exc}")
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:

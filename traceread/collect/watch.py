@@ -18,6 +18,8 @@ captures and on disk, and turns a trigger into a capture request (``traceread.co
 
 from __future__ import annotations
 
+import os
+import socket
 import statistics
 import time
 from collections import deque
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.collect import captures as cap
-from traceread.collect.runinfo import iso, write_json
+from traceread.collect.runinfo import iso, read_json, write_json
 
 ROBUST_SIGMA = 1.4826  # MAD × this = the standard deviation of a normal distribution
 
@@ -311,7 +313,7 @@ class Watch:
         if self.opts.enabled:
             triggers = self.detector.evaluate()
             stall = self.detector.stall(time.time_ns())
-            if stall is not None:
+            if stall is not None and self._ranks_alive():  # ranks that exited: the job is ending, no stall
                 triggers.append(stall)
             for trig in triggers[:1]:
                 self._on_trigger(trig, dump)
@@ -321,6 +323,13 @@ class Watch:
         if now - self.last_state_write > 2.0:
             self.write_state()
             self.last_state_write = now
+
+    def _ranks_alive(self) -> bool:
+        """Every rank process of this host that described itself is still running (not a zombie)."""
+        host = socket.gethostname()
+        pids = [doc["pid"] for doc in (read_json(p) for p in (self.host_dir / "ranks").glob("rank*.json"))
+                if doc and doc.get("host") == host and isinstance(doc.get("pid"), int)]
+        return bool(pids) and all(_running(pid) for pid in pids)
 
     def _follow_requests(self, dump: Callable[[str], dict[str, Any]]) -> None:
         """A request from ``snap``: its steps leave the baseline; with ``dump`` this launcher dumps."""
@@ -341,8 +350,6 @@ class Watch:
         result = dump(f"capture{cid}")
         stacks, fr = cap.copy_dump(self.host_dir, cid, result)
         path = cap.capture_dir(self.host_dir, cid) / "trigger.json"
-        from traceread.collect.runinfo import read_json
-
         trigger = read_json(path)
         if trigger is not None:
             trigger["stacks"], trigger["fr"] = stacks, fr
@@ -399,6 +406,18 @@ class Watch:
             self._dump_into(cid, dump)
         self.write_state()
 
+    def finish(self) -> None:
+        """After the job: a capture no rank answered says so in its trigger (the job ended first)."""
+        for cid in cap.capture_ids(self.host_dir):
+            path = cap.capture_dir(self.host_dir, cid) / "trigger.json"
+            trigger = read_json(path)
+            if not trigger or not trigger.get("steps") or cap.rank_outcomes(self.host_dir, cid):
+                continue
+            trigger["note"] = (f"{trigger.get('note') or ''}; the job ended before step {trigger['steps'][0]}: "
+                               "nothing was recorded").lstrip("; ")
+            write_json(path, trigger)
+        self.write_state()
+
     def write_state(self) -> None:
         """``RUN/watch.json``: options, the baseline and the captures so far (read by ``traceread watch``)."""
         med = self.detector.median_step_s()
@@ -415,3 +434,16 @@ class Watch:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a rank that exited but was not reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
