@@ -175,3 +175,21 @@ def test_snap_and_watch_on_a_running_job(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert lines[-1] == "the job ended (exit code 0); captures: 1"
     assert any("captures: #1 on_demand" in line for line in lines) and lines[0].startswith("step ")
+
+
+def test_a_capture_that_fails_in_the_rank_never_breaks_the_job(tmp_path: Path) -> None:
+    """The profiler start raises in every rank (test knob): each rank says so, the job ends normally and
+    the default window is still there."""
+    run = tmp_path / "run"
+    res = subprocess.run(_cmd(run, ["--steps", "200", "--slow-rank", "-1", "--slow-steps", "100:170", "--slow-ms", "60"],
+                              []), env={**_env(), "TRACEREAD_INJECT_FAIL": "capture"},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    caps = _captures(run)
+    assert [c["kind"] for c in caps] == ["job_slowdown"]
+    for r in (0, 1):
+        outcome = json.loads((run / "captures" / "capture1" / f"rank{r}.json").read_text())
+        assert outcome["state"] == "failed" and "injected failure" in outcome["reason"]
+        assert "FAILED capture" in (run / "inject" / f"rank{r}.log").read_text()
+        assert (run / "traces" / f"rank{r}.pt.trace.json.gz").is_file()
+    assert "step 200 loss" in res.stdout

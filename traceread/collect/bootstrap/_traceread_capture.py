@@ -135,6 +135,8 @@ def _check_request(state: Any, cap: _Capture) -> None:
     if rid <= cap.seen_id:
         return
     cap.seen_id = rid
+    if int(req.get("requested_at_ns") or 0) < _process_start_ns(state):
+        return  # asked of an earlier process of this rank (before a restart): its step numbers are not ours
     if ranks is not None and state.rank not in {int(r) for r in ranks}:
         return
     entry = {"id": rid, "start_step": start, "steps": max(1, min(steps, MAX_CAPTURE_STEPS))}
@@ -146,6 +148,14 @@ def _check_request(state: Any, cap: _Capture) -> None:
     cap.pending = entry
     _rank_module()._log(state, f"capture {rid} requested: steps {start}-{start + entry['steps'] - 1} "
                                f"(now after step {state.step})")
+
+
+def _process_start_ns(state: Any) -> int:
+    """When this rank process started (its first clock sample), less a second of clock slack."""
+    try:
+        return int(state.info["clock"][0]["time_ns"]) - 1_000_000_000
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0
 
 
 def _maybe_start(state: Any, cap: _Capture) -> None:
@@ -197,6 +207,7 @@ def _start(state: Any, cap: _Capture, req: dict[str, Any], torch: Any) -> None:
     # ProfilerStep#N is optimizer step N: the work that follows this hook is step state.step + 1
     prof.step_num = state.step + 1
     prof.current_action = prof._prev_schedule_action = schedule(prof.step_num)
+    _rank_module()._fail_point(state, "capture")
     cap.prof = prof
     prof.start()
     if not cap.exit_registered:
