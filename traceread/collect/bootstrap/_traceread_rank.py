@@ -53,6 +53,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+import _traceread_capture
+
 if TYPE_CHECKING:
     from types import FrameType
 
@@ -632,6 +634,7 @@ def _on_step(state: _State, opt: Any) -> None:
             return  # several optimizers: the first one that stepped defines "a step"
         state.step += 1
         _write_progress(state)
+        _traceread_capture.append_step(state)  # the per-step series for the launcher's watch
         _fail_point(state, "hook")
         if state.step == 1:
             state.info["clock"].append(_clock_sample("first_step"))
@@ -639,6 +642,7 @@ def _on_step(state: _State, opt: Any) -> None:
             _describe_torch(state)
         if state.profile_selected and not state.profile_done:
             _drive_profiler(state)
+        _traceread_capture.on_step(state)  # captures asked by the watch or `traceread snap` (docs/watch.md)
     except BaseException:
         state.profile_done = True
         _log_exc(state, f"step hook (step {state.step}); profiling disabled for this rank")
