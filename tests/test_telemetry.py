@@ -151,6 +151,16 @@ def test_xid_at_the_hang_is_named_in_the_hang_answer(tmp_path: Path) -> None:
     assert "the driver reported Xid 79 on GPU 1 (sim-host0) 40 s before the hang was detected" in hang["title"]
     assert "Xid 13" not in hang["title"]  # 250 s before: long before the stall began (30 s + 60 s margin)
     assert [x["xid"] for x in doc["telemetry"]["hang_xids"]] == [79]
+    from click.testing import CliRunner
+
+    from traceread.cli import cli
+
+    out = CliRunner().invoke(cli, ["hang", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[1] == ("GPU telemetry: the driver reported Xid 79 on GPU 1 (sim-host0) 40 s before "
+                                          "the hang was detected")
+    js = json.loads(CliRunner().invoke(cli, ["hang", str(tmp_path), "--format", "json"]).output)
+    assert [x["xid"] for x in js["xids"]] == [79]
 
 
 def test_damaged_telemetry_is_one_line(tmp_path: Path) -> None:

@@ -104,11 +104,10 @@ def join(report: Report, run_dir: Path, options: ReportOptions, warn: Callable[[
         f["title"] = f"{f['title']}; its {text}"
         f.setdefault("evidence", []).insert(0, f"GPU telemetry: {text}")
         f["telemetry"] = per_rank[r]
-    hang_xids = _hang_xids(report, run_dir, gpus)
+    hang_xids = xids_at_hang(run_dir, gpus)
     for f in report.get("findings") or []:
         if f.get("id") == "hang" and hang_xids:
-            words = "; ".join(f"Xid {x['xid']} on GPU {x['gpu']}" + (f" ({x['host']})" if x.get("host") else "")
-                              + f" {x['before_detection_s']:.0f} s before the hang was detected" for x in hang_xids[:3])
+            words = xid_words(hang_xids)
             f["title"] = f"{f['title']} — the driver reported {words}"
             f.setdefault("evidence", []).insert(0, f"GPU telemetry: {words}")
             f["xids"] = hang_xids
@@ -121,7 +120,13 @@ def join(report: Report, run_dir: Path, options: ReportOptions, warn: Callable[[
     return gpus
 
 
-def _hang_xids(report: Report, run_dir: Path, gpus: Sequence[GpuTelemetry]) -> list[dict[str, Any]]:
+def xid_words(xids: Sequence[dict[str, Any]]) -> str:
+    """"Xid 79 on GPU 1 (node3) 40 s before the hang was detected; …" (the first three)."""
+    return "; ".join(f"Xid {x['xid']} on GPU {x['gpu']}" + (f" ({x['host']})" if x.get("host") else "")
+                     + f" {x['before_detection_s']:.0f} s before the hang was detected" for x in xids[:3])
+
+
+def xids_at_hang(run_dir: Path, gpus: Sequence[GpuTelemetry]) -> list[dict[str, Any]]:
     """Xids from (stall start − :data:`XID_BEFORE_S`) to the hang's detection (``hang.json``)."""
     hang = load_json_object(run_dir / "hang.json", None) if (run_dir / "hang.json").is_file() else None
     if not hang or not isinstance(hang.get("detected_at_ns"), int):
