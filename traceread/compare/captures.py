@@ -111,20 +111,41 @@ def watch_section(base: Report, run_dir: Path, options: ReportOptions, warn: Cal
     captures = find_captures(run_dir, warn)
     if series is None and not captures:
         return None
-    base_steps = _steps_of(base)
+    profiler_steps = _steps_of(base)
+    shift = _profiler_shift(run_dir)
+    base_steps = [profiler_steps[0] + shift, profiler_steps[1] + shift] if profiler_steps else None
     rows = []
     for cap in captures:
-        row = compare_capture(base, cap, series, options, warn, gpus)
+        row = compare_capture(base, cap, series, options, warn, gpus, base_steps)
         if row is not None:
             rows.append(row)
     changed = [r for r in rows if r.get("changed")]
     answer = max(changed, key=lambda r: r.get("lost_us") or 0.0) if changed else None
     anchor = None  # a step both the baseline trace and the series hold: maps wall time onto the trace clock
-    if series is not None and base_steps is not None:
+    if series is not None and base_steps is not None and profiler_steps is not None:
         wall = series.wall_ns(base_steps[1])
-        anchor = {"step": base_steps[1], "wall_ns": wall} if wall is not None else None
+        anchor = {"step": profiler_steps[1], "wall_ns": wall} if wall is not None else None
     return {"series": downsample(series) if series is not None else None, "baseline_steps": base_steps,
-            "anchor": anchor, "captures": rows, "answer": answer}
+            "baseline_profiler_steps": profiler_steps, "anchor": anchor, "captures": rows, "answer": answer}
+
+
+def _profiler_shift(run_dir: Path) -> int:
+    """Optimizer step − ProfilerStep number in the default window: ``traceread collect`` starts its
+    profiler at optimizer step ``profile_start_step`` (run.json, per rank), and ProfilerStep#N is then
+    optimizer step N + that + 1 (docs/watch.md). 0 when run.json does not say (not a collected run):
+    the series and the trace are taken to number steps alike. Captures number their ProfilerSteps as
+    optimizer steps already."""
+    from traceread.read.jsonfile import load_json_object
+
+    info = load_json_object(run_dir / "run.json", None) if (run_dir / "run.json").is_file() else None
+    ranks = (info or {}).get("ranks")
+    starts = {r.get("profile_start_step") for r in ranks.values() if isinstance(r, dict)} if isinstance(ranks, dict) else set()
+    starts.discard(None)
+    if len(starts) == 1:
+        start = next(iter(starts))
+        if isinstance(start, int) and start >= 0:
+            return start + 1
+    return 0
 
 
 def _steps_of(doc: Report) -> list[int] | None:
@@ -299,7 +320,8 @@ def slow_stretch(series: StepSeries, around: int, baseline_us: float, excess_us:
 
 
 def compare_capture(base: Report, cap: Capture, series: StepSeries | None, options: ReportOptions,
-                    warn: Callable[[str], None], gpus: Sequence[Any] = ()) -> dict[str, Any] | None:
+                    warn: Callable[[str], None], gpus: Sequence[Any] = (),
+                    base_steps: list[int] | None = None) -> dict[str, Any] | None:
     """One capture against the baseline (module docstring); None when it holds no trace."""
     from traceread.assemble.report import NothingUsableError, build_report
 
@@ -352,7 +374,7 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     since = trig.get("since_step") if isinstance(trig.get("since_step"), int) else (steps[0] if steps else None)
     stretch = None
     if series is not None and since is not None:
-        stretch = slow_stretch(series, since, _series_baseline(series, base, b_step), excess,
+        stretch = slow_stretch(series, since, _series_baseline(series, base_steps, b_step), excess,
                                (steps[0], steps[1]) if steps else None)
     if stretch is not None:
         row["slow_steps"], row["n_slow_steps"], row["lost_us"] = [stretch[0], stretch[1]], stretch[2], stretch[3]
@@ -364,11 +386,10 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     return row
 
 
-def _series_baseline(series: StepSeries, base: Report, fallback: float) -> float:
+def _series_baseline(series: StepSeries, steps: list[int] | None, fallback: float) -> float:
     """The baseline step in the series' own terms: its median over the baseline window's steps."""
     import numpy as np
 
-    steps = _steps_of(base)
     if steps:
         v = series.between(steps[0], steps[1])
         if len(v):
