@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,14 +153,17 @@ def read_rank_steps(path: Path, rank: int) -> RankSteps:
 
 def _parse_lines(block: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     """(steps, ends, bad lines) of whole lines; the fast path parses the block at once."""
-    words = block.split()
-    if len(words) % 2 == 0 and block.count(b"\n") * 2 == len(words):
+    lines = block.count(b"\n")
+    with warnings.catch_warnings():  # numpy warns (and stops) where the text is not numbers: the slow path then
+        warnings.simplefilter("ignore")
         try:
-            a = np.array(words, dtype=np.int64).reshape(-1, 2)
-            ok = (a[:, 0] >= 0) & (a[:, 0] <= MAX_STEP) & (a[:, 1] > 0)
-            return a[ok, 0], a[ok, 1], int((~ok).sum())
+            flat = np.fromstring(block, dtype=np.int64, sep=" ")  # text mode: ~10x faster than split + array
         except (ValueError, OverflowError):
-            pass
+            flat = np.zeros(0, np.int64)
+    if len(flat) == 2 * lines and lines and block.count(b" ") == lines:  # exactly "<step> <ns>" per line
+        a = flat.reshape(-1, 2)
+        ok = (a[:, 0] >= 0) & (a[:, 0] <= MAX_STEP) & (a[:, 1] > 0)
+        return a[ok, 0], a[ok, 1], int((~ok).sum())
     s: list[int] = []
     t: list[int] = []
     bad = 0
@@ -226,9 +230,14 @@ def read_series(run_dir: Path, warn: Callable[[str], None]) -> StepSeries | None
         keep = rs.steps >= lo
         idx = rs.steps[keep] - lo
         ends = rs.ends_ns[keep]
-        np.maximum.at(last_end, idx, ends)
-        np.minimum.at(first_end, idx, ends)
-        np.add.at(seen, np.unique(idx), 1)
+        if len(idx) and bool(np.all(np.diff(idx) > 0)):  # the usual file: each step once, in order
+            last_end[idx] = np.maximum(last_end[idx], ends)
+            first_end[idx] = np.minimum(first_end[idx], ends)
+            seen[idx] += 1
+        else:  # a restarted rank wrote some steps twice
+            np.maximum.at(last_end, idx, ends)
+            np.minimum.at(first_end, idx, ends)
+            np.add.at(seen, np.unique(idx), 1)
         st, dur = _durations(rs)
         m = st >= lo
         b = (st[m] - lo) // width
