@@ -18,7 +18,8 @@ Definitions (docs/watch-report.md), all per step, µs:
 * ``waited_in`` — where the others waited for that rank: the capture's collective with the most wait;
 * ``slow_steps`` / ``n_slow_steps`` / ``lost_us`` — from the step series (every step): the stretch
   around the trigger whose job step time exceeds the baseline by at least :data:`SLOW_FRACTION` of the
-  excess (it ends after :data:`RECOVERY_STEPS` normal steps in a row); ``lost_us`` = Σ over those steps
+  excess: back from the trigger's first slow step through slow steps in a row, forward until
+  :data:`RECOVERY_STEPS` normal steps in a row; ``lost_us`` = Σ over those steps
   of (step time − baseline). Without a series: the excess × the capture's steps.
 
 The run's answer is the capture with the largest ``lost_us`` (``watch.answer``).
@@ -47,7 +48,7 @@ COMPUTE = ("compute_bound", "memory_bound", "compute_other")
 HOST = ("host_bound", "idle_other", "dependency")
 ALONE_FACTOR = 3.0
 SLOW_FRACTION = 0.5
-RECOVERY_STEPS = 5
+RECOVERY_STEPS = 3
 #: A capture whose step grew less than this share of the baseline step has "no change".
 NOISE_SHARE = 0.05
 SERIES_POINTS = 1000
@@ -295,15 +296,13 @@ def slow_stretch(series: StepSeries, around: int, baseline_us: float, excess_us:
     if capture is not None:  # the captured steps are slow by construction: start from the earliest
         start = min(start, int(np.searchsorted(series.steps, capture[0])))
     start = min(start, len(series.steps) - 1)
-    # back to the first slow step of the stretch (the detector needs a few slow steps to fire)
-    i = start
-    normal = 0
-    while i > 0 and normal < RECOVERY_STEPS:
-        i -= 1
-        normal = 0 if slow[i] else normal + 1
-    first_i = next((j for j in range(i, len(slow)) if slow[j]), None)
+    # back through the slow steps right before it (the detector needs a few slow steps to fire); a
+    # slow step with a normal one between is noise of the healthy run, not this stretch
+    first_i = next((j for j in range(start, len(slow)) if slow[j]), None)
     if first_i is None:
         return None
+    while first_i > 0 and slow[first_i - 1]:
+        first_i -= 1
     j = first_i
     normal = 0
     last_i = first_i
