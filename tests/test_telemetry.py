@@ -171,3 +171,9 @@ def test_damaged_telemetry_is_one_line(tmp_path: Path) -> None:
     gpus = read_telemetry(tmp_path, warns.append)
     assert [g.gpu for g in gpus] == [0] and len(warns) == 2
     assert "gpu0.jsonl: 1 line(s)" in warns[1] or "gpu0.jsonl: 1 line(s)" in warns[0]
+
+
+def test_only_local_task_0_samples_its_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRACEREAD_TELEMETRY", raising=False)
+    monkeypatch.setenv("SLURM_LOCALID", "3")
+    assert "local task 3" in start_telemetry(tmp_path).stop()["why"]

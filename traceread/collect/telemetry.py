@@ -358,11 +358,15 @@ class TelemetrySampler:
 
 
 def start_telemetry(host_dir: Path) -> TelemetrySampler:
-    """The launcher's one call: a started sampler (off, with its reason, when no library or GPU, or
-    when ``TRACEREAD_TELEMETRY=0``)."""
+    """The launcher's one call: a started sampler (off, with its reason, when no library or GPU, when
+    ``TRACEREAD_TELEMETRY=0``, or in a launcher that is not its host's local task 0)."""
     sampler = TelemetrySampler(host_dir)
     if os.environ.get("TRACEREAD_TELEMETRY", "1").strip().lower() in ("0", "off", "no", "false"):
         sampler.why_off = "TRACEREAD_TELEMETRY=0"
+        return sampler
+    local = os.environ.get("SLURM_LOCALID", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")).strip()
+    if local.isdigit() and int(local) > 0:  # several launchers on this host: one samples its GPUs
+        sampler.why_off = f"local task {local}: local task 0's launcher samples this host's GPUs"
         return sampler
     sampler.start()
     return sampler
