@@ -44,3 +44,19 @@ def test_report_of_a_real_watched_run_names_rank_steps_and_size(tmp_path: Path) 
     assert series["last_step"] == 320 and series["steps"] == 319
     text = CliRunner().invoke(cli, ["report", str(run), "--format", "text", "-q"]).output
     assert text.startswith("ANSWER: from step ") and "rank 1's host-bound idle grew by" in text
+
+
+def test_with_stack_the_answer_names_the_python_function(tmp_path: Path) -> None:
+    """``collect --with-stack``: the traces hold Python functions, so the grown host span
+    (``<built-in function sleep>``) is named by its caller, the job's own ``load_batch``."""
+    run = tmp_path / "run"
+    _collect(run, ["--steps", "320", "--slow-rank", "1", "--slow-steps", "200:239", "--slow-ms", str(SLOW_MS)],
+             ["--with-stack"])
+    res = CliRunner().invoke(cli, ["report", str(run), "--format", "json", "--no-cache"])
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.output)["watch"]["answer"]
+    assert a is not None and a["rank"] == 1, a
+    caller = a["host_span"]["caller"]
+    assert caller["name"].endswith(": load_batch") and caller["readable"].startswith("load_batch (slow_train.py:")
+    assert 0.6 * SLOW_MS * 1e3 <= caller["delta_us"] <= 1.5 * SLOW_MS * 1e3
+    assert f"rank 1's `{caller['readable']}` took" in a["sentence"]

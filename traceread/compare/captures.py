@@ -253,6 +253,34 @@ def _grown_name(base: dict[str, float], cap: dict[str, float], excess: float,
     return {"name": name, "delta_us": d[name], "baseline_us": base.get(name, 0.0), "capture_us": cap[name]}
 
 
+def _grown_caller(base: Report, cap: Report, rank: int, name: str, excess: float,
+                  options: ReportOptions) -> dict[str, Any] | None:
+    """For a built-in that grew (``<built-in function sleep>``): the Python function around it whose
+    share grew most, from both windows' host trace of ``rank`` (analysis.time.callers)."""
+    from traceread.analysis.time.callers import callers, is_builtin, readable
+    from traceread.engine.jobs import read_rank
+
+    if not is_builtin(name):
+        return None
+    per: list[dict[str, float]] = []
+    for doc in (base, cap):
+        entry = next((r for r in doc.get("ranks") or [] if int(r["rank"]) == rank and r.get("file")), None)
+        summary = _summaries_of_rank(doc, rank, options)
+        if entry is None or summary is None:
+            return None
+        rt = read_rank(str(entry["file"]), use_cache=options.use_cache, cache_dir=options.cache_dir)
+        per.append(callers(rt, name, summary.windows))
+        del rt
+    grown = _grown_name(per[0], per[1], excess)
+    if grown is not None:
+        grown["readable"] = readable(grown["name"])
+    return grown
+
+
+def _summaries_of_rank(doc: Report, rank: int, options: ReportOptions) -> Any:
+    return _summaries(doc, options).get(rank)
+
+
 def _compute_delta(base: Report, cap: Report, rank: int | None) -> float | None:
     """Growth of compute per step: on ``rank``, else the median over ranks."""
     before = {int(r["rank"]): per_step(r, "compute_us") for r in base.get("ranks") or []}
@@ -367,6 +395,8 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     row["rank"], row["rank_from"] = rank, how
     b_sum, c_sum = _summaries(base, options), _summaries(doc, options)
     row["host_span"] = _grown_name(_per_name(b_sum, rank, "host"), _per_name(c_sum, rank, "host"), excess)
+    if row["host_span"] and rank is not None:
+        row["host_span"]["caller"] = _grown_caller(base, doc, rank, row["host_span"]["name"], excess, options)
     row["kernel"] = _grown_name(_per_name(b_sum, rank, "kernel"), _per_name(c_sum, rank, "kernel"), excess, KERNEL_SHARE)
     row["compute_delta_us"] = _compute_delta(base, doc, rank)
     row["waited_in"] = _waited_in(doc, rank) if rank is not None and how == "straggler" else None
@@ -422,6 +452,10 @@ def sentence(row: dict[str, Any]) -> str:
         cause = f"{who} GPU compute took {ms(row['compute_delta_us'])} more per step"
         if kernel:
             cause += f" (most in `{short_name(kernel['name'], 80)}`, +{ms(kernel['delta_us'])})"
+    elif cat in HOST and span and span.get("caller"):
+        c = span["caller"]
+        cause = (f"{who} `{c['readable']}` took {ms(c['delta_us'])} more per step "
+                 f"(in `{short_name(span['name'], 60)}`)")
     elif cat in HOST and span:
         cause = f"{who} `{short_name(span['name'], 80)}` took {ms(span['delta_us'])} more per step"
     elif what:
