@@ -104,8 +104,9 @@ def figure(report: Report) -> tuple[dict[str, Any] | None, str | None]:
             return
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": span[0] - 0.5, "x1": span[1] + 0.5,
                        "y0": 0, "y1": 1, "fillcolor": color, "opacity": 0.25, "line": {"width": 0}})
-        notes.append({"x": span[0], "y": 1, "xref": "x", "yref": "paper", "text": text, "showarrow": False,
-                      "xanchor": "left", "yanchor": "bottom", "font": {"size": 11}})
+        if text:
+            notes.append({"x": span[0], "y": 1, "xref": "x", "yref": "paper", "text": text, "showarrow": False,
+                          "xanchor": "left", "yanchor": "bottom", "font": {"size": 11}})
     band(w.get("baseline_steps"), "#4C78A8", "baseline")
     for c in w.get("captures") or []:
         band(c.get("steps"), "#E45756", f"capture {c.get('id')}")
