@@ -203,3 +203,18 @@ def test_gpu_slowdown_capture_names_compute_and_the_throttled_clock(tmp_path: Pa
     assert a["telemetry"]["throttled"] and a["telemetry"]["sm_clock_mhz"] == 1290
     assert "rank 1's GPU compute took 20.0 ms more per step" in a["sentence"]
     assert "throttled (power cap, 100% of samples): SM clock 1,290 MHz vs 1,980 MHz max" in a["sentence"]
+
+
+def test_api_tables_of_a_watched_run(watched: tuple[Path, dict[str, Any]]) -> None:
+    import traceread
+
+    run, truth = watched
+    rep = traceread.analyze(run, use_cache=False, workers=1)
+    assert rep.answer.startswith(f"from step {truth['slow_steps'][0]} the step took ")
+    caps = rep.table("captures")
+    assert caps["rank"].to_list() == [truth["slow_rank"]]
+    assert caps["slow_first_step"].to_list() == [truth["slow_steps"][0]]
+    assert caps["lost_us"][0] == pytest.approx(truth["lost_us"], rel=0.05)
+    series = rep.table("step_series")
+    assert series.height == truth["total_steps"] - 1 and series["job_max_us"].max() == pytest.approx(
+        truth["slow_step_us"], rel=0.02)
