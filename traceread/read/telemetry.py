@@ -77,7 +77,7 @@ def read_gpu_file(path: Path, host: str | None) -> GpuTelemetry:
                 g.info = {k: v for k, v in rec.items() if k not in ("kind",)}
                 if isinstance(rec.get("gpu"), int):
                     g.gpu = rec["gpu"]
-                if g.host is None and isinstance(rec.get("host"), str):
+                if isinstance(rec.get("host"), str):  # the sampler's hostname (a per-host folder may be host.N)
                     g.host = rec["host"]
             elif kind == "sample":
                 t.append(rec["t_ns"])
