@@ -218,3 +218,30 @@ def test_api_tables_of_a_watched_run(watched: tuple[Path, dict[str, Any]]) -> No
     series = rep.table("step_series")
     assert series.height == truth["total_steps"] - 1 and series["job_max_us"].max() == pytest.approx(
         truth["slow_step_us"], rel=0.02)
+
+
+def test_a_stall_is_priced_from_the_series(watched: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """A ``stall`` trigger: its step took 12 s in a ~1.1 ms job; the capture after it is healthy, so the
+    series says what was lost, and the answer points at the stacks taken then."""
+    import shutil
+
+    run, truth = watched
+    shutil.copytree(run / "traces", tmp_path / "traces")
+    base_ns = truth["baseline_step_us"] * 1000
+    (tmp_path / "progress").mkdir()
+    for r in (0, 1):
+        t, lines = 10**18, []
+        for s in range(1, 301):
+            t += int(12e9 if s == 100 else base_ns)
+            lines.append(f"{s} {t + r}\n")
+        (tmp_path / "progress" / f"rank{r}.steps").write_text("".join(lines))
+    cap = tmp_path / "captures" / "capture1"
+    shutil.copytree(run / "traces", cap)
+    (cap / "trigger.json").write_text(json.dumps({"id": 1, "kind": "stall", "since_step": 100, "detected_at_step": 99,
+                                                  "steps": [105, 114], "requested_by": "watch",
+                                                  "stacks": "captures/capture1/stacks"}))
+    a = build_watched([str(tmp_path)], ReportOptions(use_cache=False, workers=1))["watch"]["answer"]
+    assert a is not None and a["kind"] == "stall" and a["slow_steps"] == [100, 100]
+    assert a["lost_us"] == pytest.approx(12e6 - truth["baseline_step_us"], rel=1e-3)
+    assert a["sentence"].startswith("step 100 took 12.00 s instead of ")
+    assert "the stacks taken then are in captures/capture1/stacks" in a["sentence"]

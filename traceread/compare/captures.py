@@ -51,6 +51,10 @@ SLOW_FRACTION = 0.5
 RECOVERY_STEPS = 3
 #: A capture whose step grew less than this share of the baseline step has "no change".
 NOISE_SHARE = 0.05
+#: A change is the run's answer only when it lost at least this share of the job's time (the series' sum).
+MIN_JOB_SHARE = 0.01
+#: A ``stall`` trigger's step counts when it took at least this many baseline steps.
+STALL_FACTOR = 3.0
 SERIES_POINTS = 1000
 ROLE_WORDS = {"dp": "gradient", "tp": "tensor-parallel", "pp": "pipeline", "ep": "expert", "cp": "context-parallel"}
 CATEGORY_TEXT = {"host_bound": "host-bound idle", "compute_bound": "compute", "memory_bound": "memory-bound compute",
@@ -120,7 +124,9 @@ def watch_section(base: Report, run_dir: Path, options: ReportOptions, warn: Cal
         row = compare_capture(base, cap, series, options, warn, gpus, base_steps)
         if row is not None:
             rows.append(row)
-    changed = [r for r in rows if r.get("changed")]
+    job_us = float(series.job_us.sum()) if series is not None and len(series.job_us) else None
+    changed = [r for r in rows if r.get("changed")
+               and (job_us is None or float(r.get("lost_us") or 0.0) >= MIN_JOB_SHARE * job_us)]
     answer = max(changed, key=lambda r: r.get("lost_us") or 0.0) if changed else None
     anchor = None  # a step both the baseline trace and the series hold: maps wall time onto the trace clock
     if series is not None and base_steps is not None and profiler_steps is not None:
@@ -379,6 +385,10 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
         return row
     excess = c_step - b_step
     row["excess_us"] = excess
+    if trig.get("kind") == "stall" and series is not None:
+        stalled = _stall(row, trig, series, base_steps, b_step)
+        if stalled:
+            return row
     if excess <= NOISE_SHARE * b_step:
         row["sentence"] = (f"steps {steps[0]}-{steps[1]} took {ms(c_step)}, like the baseline's {ms(b_step)}: no change"
                            if steps else "no change from the baseline")
@@ -413,6 +423,32 @@ def compare_capture(base: Report, cap: Capture, series: StepSeries | None, optio
     row["telemetry"] = _capture_telemetry(doc, rank, options, gpus) if gpus and rank is not None else None
     row["sentence"] = sentence(row)
     return row
+
+
+def _stall(row: dict[str, Any], trig: dict[str, Any], series: StepSeries, base_steps: list[int] | None,
+           b_step: float) -> bool:
+    """A ``stall`` trigger: the step it names (``since_step``) from the series — how long it took against
+    the baseline, the time lost, and where the stacks taken then are. False when the series does not
+    show it ≥ :data:`STALL_FACTOR` baselines long (the capture's own comparison is made instead)."""
+    import numpy as np
+
+    step = trig.get("since_step")
+    if not isinstance(step, int):
+        return False
+    i = int(np.searchsorted(series.steps, step))
+    if i >= len(series.steps) or int(series.steps[i]) != step:
+        return False
+    base = _series_baseline(series, base_steps, b_step)
+    took = float(series.job_us[i])
+    if took < STALL_FACTOR * base:
+        return False
+    stacks = trig.get("stacks")
+    row.update({"changed": True, "stall_step": step, "stall_us": took, "excess_us": took - base,
+                "slow_steps": [step, step], "n_slow_steps": 1, "lost_us": took - base, "rank": None,
+                "sentence": f"step {step} took {ms(took)} instead of {ms(base)}: the job stalled"
+                            + (f"; the stacks taken then are in {stacks}" if stacks else "")
+                            + f"; {ms(took - base)} lost"})
+    return True
 
 
 def _series_baseline(series: StepSeries, steps: list[int] | None, fallback: float) -> float:
