@@ -3,12 +3,13 @@
 #   make test   installs traceread with its test tools and runs the whole suite
 # and for contributors:
 #   make lint   ruff (lint + import order) and mypy, configured in pyproject.toml
+#   make reports  regenerates the report gallery in reports/
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO   ?= sample_traces/ddp_straggler_h100
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench reports clean
 
 $(VENV)/.core: pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,8 +31,13 @@ test: $(VENV)/.dev
 	$(PY) -m pytest -n 2 -q
 
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check traceread tests bench scripts
+	$(VENV)/bin/ruff check traceread tests bench scripts collectors
 	$(VENV)/bin/mypy
+
+# the report gallery in reports/ (JSON + page screenshots; tests/test_reports_gallery.py checks it is current)
+reports: $(VENV)/.dev
+	bash scripts/ensure-chromium.sh
+	$(PY) scripts/make_reports.py
 
 bench: $(VENV)/.dev
 	PYTHON=$(PY) bash bench/run_all.sh

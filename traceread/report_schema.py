@@ -154,6 +154,7 @@ class HangGroup(TypedDict, total=False):
     first: bool  # the group's first collective not completed by every member
     mismatch: list[str]
     note: str | None  # e.g. "every member is in it and none completes"
+    done: list[int]  # members that completed it already (issue 37, additive): past it, never "in it"
 
 
 class HangCulprit(TypedDict, total=False):
@@ -176,6 +177,42 @@ class HangCulprit(TypedDict, total=False):
     evidence: list[str]
 
 
+class FailureRank(TypedDict, total=False):
+    """One rank's end (docs/hang-and-nccl.md, "Why the job stopped")."""
+
+    rank: int
+    attempt: int  # torchrun attempt (TORCHELASTIC_RESTART_COUNT)
+    family: str  # cuda_illegal_access | cuda_error | oom | nccl_error | killed | segfault | abort | fatal_signal
+    # | python_error | exit_code, or an echo: peer_gone | comm_aborted | watchdog_timeout | terminated
+    echo: bool  # an echo of another rank's failure (never named as the cause)
+    message: str
+    exception: str | None
+    where: str | None  # "train.py:32 in fail": the innermost frame outside libraries
+    traceback: list[str]
+    host: str | None
+    time_ns: int | None
+    time_from: str  # which evidence gave the time (error file (ns), crash dump written, last step, ...)
+    step: int | None  # optimizer steps the rank had completed when it failed
+    exit_code: int | None
+    signal: str | None
+    sources: list[str]
+    next_step: str | None
+
+
+class FailureEntry(TypedDict, total=False):
+    """Why the job stopped (issue 37, additive): the first failure by time, its echoes, the attempts."""
+
+    summary: str
+    lines: list[str]
+    first: FailureRank | None  # None when every error is an echo (then the hang diagnosis has the cause)
+    consequences: list[FailureRank]
+    others: list[FailureRank]  # later failures of their own
+    attempts: list[dict[str, Any]]  # attempt, folder, started_ns, last_step_ns, steps, ended_by, steps_lost, time_lost_s
+    attempt: int  # the attempt the answer is about (the last one that failed)
+    exit_code: int | None
+    problems: list[str]
+
+
 class HangEntry(TypedDict, total=False):
     pg: str
     seq: int | None  # None when only stacks or debug messages are available
@@ -191,6 +228,7 @@ class HangEntry(TypedDict, total=False):
     culprits: list[HangCulprit]
     groups: list[HangGroup]
     dumps: str  # "Flight Recorder: 16 dumps of 8 ranks read (pickle 8, JSON 8); no dump from rank 5"
+    failure: FailureEntry  # ``traceread hang`` only, when the job failed (issue 37): why it stopped leads
 
 
 #: Every category of the step ledger, in display order (compute first, idle last; docs/ledger.md).
@@ -276,6 +314,7 @@ class Finding(TypedDict, total=False):
     predicted_saving_us: float  # what-if saving per step of the suggested change, never above the impact
     impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
     steps: list[int]  # slow_steps: the steps it covers
+    recovered: bool  # failure: the failed attempt was restarted and a later one ran to the end (issue 37)
     telemetry: dict[str, Any]  # straggler whose GPU was throttled: analysis.telemetry.gpu_state over the window
     xids: list[dict[str, Any]]  # hang: Xid events from the stall to its detection (compare.telemetry_join)
 
@@ -353,7 +392,15 @@ class NcclSummary(TypedDict, total=False):
     torch_messages: list[dict[str, Any]]
     nccl_tests_busbw_gbps: float | None
     evidence: dict[str, list[str]]  # topic -> the first lines quoted ("file:line: text"), what diagnoses cite
-    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion
+    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion; from the
+    #   failure catalogue also family, confidence, subsystem, first_line (and secondary)
+    problems: list[dict[str, Any]]  # every line that says something is wrong, in order (at most 400): kind
+    #   (warn|return|test|torch|timeout|libfabric), file, line, text, src, code (ncclResult_t), host, quote
+    problems_total: int
+    versions_by_host: dict[str, str]  # host (or file, unprefixed) -> the NCCL version it printed
+    plugin_by_host: dict[str, str]  # host -> "no external plugin" | "an external plugin (libnccl-net)"
+    interfaces_seen: list[str]  # NCCL <= 2.3's "NET : Using interface name:addr" lines
+    unread: dict[str, Any]  # count, first: lines that name NCCL but could not be read
     inspector: dict[str, Any] | None  # NCCL Inspector files: files, records, p2p_records, bad_lines, truncated,
     #   format_versions, comms [{comm_id, comm_name, nranks, nnodes, ranks_seen, hosts, peak_gbps, peak_link,
     #   collectives [{coll, msg_bytes, count, median_transfer_us, median_busbw_gbs, best_busbw_gbs, wait_us,
@@ -431,6 +478,7 @@ class Report(TypedDict, total=False):
     pipeline: PipelineEntry | None
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
+    failure: FailureEntry  # only when the job failed (a crash, a non-zero exit); leads the findings
     findings: list[Finding]
     layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
     workload: Workload | None  # training, serving or inference (None when no rank was read)

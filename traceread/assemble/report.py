@@ -130,9 +130,10 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
-    if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
+    died = run_folder.failure_of(run_dir, warnings)
+    if not summaries and hang is None and died is None and run_info is not None and not (nccl or {}).get("diagnoses"):
         raise NothingUsableError(run_folder.no_trace_line(run_dir or Path(str(paths[0])), run_info))
-    if not summaries and hang is None and nccl is None:
+    if not summaries and hang is None and died is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
         if found.files or found.missing:
@@ -167,6 +168,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
         "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
+    if died is not None:
+        report["failure"] = died  # type: ignore[typeddict-item]
     run_folder.mark_missing_ranks(report, unreadable)
     if summaries:
         from traceread.analysis.time.iterations import job_workload

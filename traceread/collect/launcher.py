@@ -92,8 +92,12 @@ def multi_node_env(env: dict[str, str] | None = None) -> bool:
 
 
 def host_folder_name(env: dict[str, str] | None = None) -> str:
-    """``<host>``, or ``<host>.<local task>`` when srun/mpirun runs several launchers on one host."""
+    """``<host>``, or ``<host>.<local task>`` when srun/mpirun runs several launchers on one host;
+    ``TRACEREAD_HOST_FOLDER`` names it outright (a launcher that places several per-node commands on
+    one machine, e.g. collectors/ray/launch.py on a one-node Ray cluster)."""
     env = dict(os.environ) if env is None else env
+    if env.get("TRACEREAD_HOST_FOLDER", "").strip(". /"):
+        return env["TRACEREAD_HOST_FOLDER"].strip().replace("/", "_")
     host = socket.gethostname()
     local_size = env.get("SLURM_NTASKS_PER_NODE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")).split("(")[0]
     local_id = env.get("SLURM_LOCALID", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
@@ -131,7 +135,8 @@ class _Tee:
     def pump(self, src: IO[bytes], dst: IO[bytes]) -> None:
         def run() -> None:
             # signals for the launcher must reach its main thread, which forwards them
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1})
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
+                                                         signal.SIGUSR2})
             for line in iter(src.readline, b""):
                 self._log(line)
                 if self.echo:
@@ -279,8 +284,10 @@ def run_collect(opts: CollectOptions) -> int:
         dump_requested.set()
 
     if threading.current_thread() is threading.main_thread():
+        # SIGUSR2 is the job's (SLURM's --signal=USR2@N before the time limit, checkpoint-on-preemption
+        # handlers): forwarded like SIGTERM, never taken for ourselves (its default would kill us).
         for sig, handler in ((signal.SIGINT, forward), (signal.SIGTERM, forward), (signal.SIGHUP, forward),
-                             (signal.SIGUSR1, on_usr1)):
+                             (signal.SIGUSR2, forward), (signal.SIGUSR1, on_usr1)):
             previous[sig] = signal.signal(sig, handler)
     try:
         proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE,
@@ -556,12 +563,17 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
         lines.append(caught)
     if extras:
         lines.append("  also:    " + ", ".join(extras))
+    restarts = sorted(p.name for p in (host_dir / "attempts").glob("attempt*") if p.is_dir())
+    if restarts:
+        lines.append(f"  restarts: torchrun restarted the job {len(restarts)} time(s); each attempt's files are in "
+                     f"{host_dir / 'attempts'}/attempt<K>")
+    errors = sorted(p.name for p in (host_dir / "errors").glob("rank*.json")) if code else []
     quoted = shlex.quote(str(run_root))
     nxt = []
     if traces:
         nxt.append(f"traceread report {quoted}")
-    if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
-        nxt.append(f"traceread hang {quoted}")
+    if hang or errors or restarts or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
+        nxt.append(f"traceread hang {quoted}")  # a failed job too: it says which rank failed first
     torch_seen = any(i.get("torch") for i in ranks.values())
     if not traces and not nxt and (torch_seen or not ranks):  # a job without torch has nothing to profile
         run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]

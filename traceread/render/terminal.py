@@ -74,6 +74,17 @@ def missing_line(report: Report) -> str | None:
     return str(note) if note else None
 
 
+def nccl_nothing_found(n: dict[str, Any]) -> str:
+    """The healthy answer for NCCL logs alone, saying what was read and looked for."""
+    files = len(n.get("files") or [])
+    text = (f"No problem found in NCCL's own records: {n.get('lines_parsed') or 0} line(s) of {files} file(s) read, "
+            "no WARN, error return, CUDA/system failure or timeout among them")
+    benign = [d for d in n.get("diagnoses") or [] if d.get("severity") == "info" and d.get("first_line")]
+    if benign:
+        text += f"; {len(benign)} WARN kind(s) NCCL also prints on healthy machines ({benign[0]['first_line']})"
+    return text + " (no trace to measure the step with)."
+
+
 def answer(report: Report) -> tuple[str, str | None]:
     """(the top problem in one sentence, the first thing to change) — or a 'nothing found' line."""
     from traceread.render.watch_view import answer_text
@@ -85,15 +96,20 @@ def answer(report: Report) -> tuple[str, str | None]:
     if not findings:
         if not report.get("ranks"):
             if report.get("nccl"):
-                return "No problem found in NCCL's own records (no trace to measure the step with).", None
+                return nccl_nothing_found(report.get("nccl") or {}), None
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
     title = elide_templates(str(f["title"]))
     if f["id"] == "hang":
         text = f"{title} [the job stopped there: every later step is lost]"
+    elif f["id"] == "failure":
+        text = f"{title} [" + ("a later attempt ran to the end; the window below is its own]" if f.get("recovered")
+                               else "the job died: every later step is lost]")
     elif f.get("category") == "memory":  # memory findings cost no step time: they say what they hold
         text = f"{title} [memory{', rank ' + str(f['rank']) if f.get('rank') is not None else ''}]"
+    elif f["id"].startswith("nccl_") and f.get("severity") == "error" and not f.get("impact_us_per_step"):
+        text = f"{title} [from the NCCL log: the job failed or stalled there]"
     elif not f.get("impact_us_per_step"):
         text = f"{title} [outside the median step]"
     else:
@@ -169,8 +185,9 @@ def findings_section(report: Report, v: View) -> None:
         body = Text(elide_templates(str(f["title"])), style="bold")
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + elide_templates(str(s)), style="green")
-        if f["id"] == "hang":
-            lost, share = "job stopped", "all"
+        if f["id"] in ("hang", "failure"):
+            lost, share = ("job stopped" if f["id"] == "hang" else "restarted" if f.get("recovered")
+                           else "job died"), "all"
         elif f.get("category") == "memory":  # no step time: the bytes at stake instead
             lost, share = "memory", nbytes(f.get("memory_bytes"))
         elif not f.get("impact_us_per_step"):

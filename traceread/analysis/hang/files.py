@@ -136,7 +136,8 @@ def decode_json(data: bytes, path: str | Path) -> Any:
 
 def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX_WALK_DEPTH) -> Iterator[Path]:
     """Regular files under ``root`` (itself when it is a file), sorted per folder, hidden folders and
-    symlinked folders skipped."""
+    symlinked folders skipped, and so is a collected run's ``attempts/`` (torchrun restarts: each attempt's
+    dumps are another process's, never merged with attempt 0's)."""
     r = Path(root)
     if regular(r):
         yield r
@@ -149,9 +150,11 @@ def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX
     def onerror(_exc: OSError) -> None:
         return None
 
+    run_folder = (r / "run.json").is_file()
     for folder, dirs, files in os.walk(r, followlinks=False, onerror=onerror):
         depth = len(Path(folder).parts) - base
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < max_depth)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < max_depth
+                         and not (run_folder and depth == 0 and d == "attempts"))  # other attempts: read on their own
         for name in sorted(files):
             f = Path(folder) / name
             if not regular(f):

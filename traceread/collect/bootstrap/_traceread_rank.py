@@ -205,7 +205,7 @@ def install() -> None:
     global _STATE
     state: _State | None = None
     try:
-        run_dir = os.environ.get("TRACEREAD_RUN_DIR", "")
+        run_dir = _attempt_dir(os.environ.get("TRACEREAD_RUN_DIR", ""))
         rank = _select_rank()
         if not run_dir or rank is None:
             return
@@ -241,6 +241,23 @@ def install() -> None:
     except BaseException:
         _log_exc(state, "atexit")
     _write_rank_json(state)
+
+
+def _attempt_dir(run_dir: str) -> str:
+    """Where this rank writes: ``RUN`` in torchrun's first attempt (and without torchrun), else
+    ``RUN/attempts/attempt{K}`` for restart K (``TORCHELASTIC_RESTART_COUNT``), so no attempt overwrites
+    another's traces, progress, errors, stacks or dumps. The NCCL log and Flight Recorder paths the
+    launcher pointed into ``RUN`` follow (NCCL and torch read them after this, at init)."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not run_dir or not count.isdigit() or int(count) == 0:
+        return run_dir
+    attempt = os.path.join(run_dir, "attempts", f"attempt{int(count)}")
+    for key in ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        value = os.environ.get(key, "")
+        if value.startswith(run_dir + os.sep):
+            os.environ[key] = attempt + value[len(run_dir):]
+    return attempt
 
 
 def _describe_process(state: _State) -> None:
@@ -530,7 +547,7 @@ def _record_error(state: _State, exc_type: Any, exc: BaseException, tb: Any) -> 
     """torchelastic's error-file format (``ErrorHandler.record_exception``), so torchrun shows the traceback."""
     doc = {"message": {"message": f"{exc_type.__name__}: {exc}",
                        "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
-                                     "timestamp": str(int(time.time()))}}}
+                                     "timestamp": str(int(time.time())), "timestamp_ns": str(time.time_ns())}}}
     ours = state.path("errors", f"rank{state.rank}.json")
     elastic = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if elastic and os.path.abspath(elastic) == os.path.abspath(ours) and os.path.exists(ours):
