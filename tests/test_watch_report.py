@@ -245,3 +245,12 @@ def test_a_stall_is_priced_from_the_series(watched: tuple[Path, dict[str, Any]],
     assert a["lost_us"] == pytest.approx(12e6 - truth["baseline_step_us"], rel=1e-3)
     assert a["sentence"].startswith("step 100 took 12.00 s instead of ")
     assert "the stacks taken then are in captures/capture1/stacks" in a["sentence"]
+
+
+def test_a_hang_stays_the_answer_of_a_watched_run(doc: dict[str, Any]) -> None:
+    """The job stopped: every later step is lost, more than any slow stretch before it."""
+    from traceread.render.terminal import answer
+
+    hung = dict(doc, findings=[{"id": "hang", "title": "Job hung in all_reduce", "category": "hang"}])
+    assert answer(hung)[0].startswith("Job hung in all_reduce")
+    assert answer(doc)[0].startswith("from step 200 the step took ")

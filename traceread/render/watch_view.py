@@ -32,6 +32,9 @@ def answer_text(report: Report) -> tuple[str, str | None] | None:
     a = (w or {}).get("answer")
     if not a:
         return None
+    top = next(iter(report.get("findings") or []), None)
+    if top and (top.get("id") == "hang" or (top.get("id") == "failure" and not top.get("recovered"))):
+        return None  # the job stopped there: every later step is lost, more than any slow stretch
     where = "; ".join(str(x) for x in (a.get("kind"), a.get("name"), (a.get("trigger") or {}).get("requested_by")) if x)
     return f"{a.get('sentence')} [{where}]", a.get("capture_change")
 
