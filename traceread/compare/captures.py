@@ -16,10 +16,10 @@ Definitions (docs/watch-report.md), all per step, µs:
   annotation) whose self time per step grew most, when that growth is at least :data:`SPAN_SHARE` of
   the excess; ``kernel`` — likewise for GPU kernels (total time per step);
 * ``waited_in`` — where the others waited for that rank: the capture's collective with the most wait;
-* ``slow_steps`` / ``n_slow_steps`` / ``lost_us`` — from the step series (every step): the stretch
-  around the trigger whose job step time exceeds the baseline by at least :data:`SLOW_FRACTION` of the
-  excess: back from the trigger's first slow step through slow steps in a row, forward until
-  :data:`RECOVERY_STEPS` normal steps in a row; ``lost_us`` = Σ over those steps
+* ``slow_steps`` / ``n_slow_steps`` / ``lost_us`` — from the step series (every step): the run of
+  consecutive steps, from the trigger's ``since_step`` (or the capture's first step) on, whose job step
+  time's median over :data:`MEDIAN_STEPS` steps centred on it exceeds the baseline by at least
+  :data:`SLOW_FRACTION` of the excess; ``lost_us`` = Σ over those steps
   of (step time − baseline). Without a series: the excess × the capture's steps.
 
 The run's answer is the capture with the largest ``lost_us`` (``watch.answer``).
@@ -48,7 +48,7 @@ COMPUTE = ("compute_bound", "memory_bound", "compute_other")
 HOST = ("host_bound", "idle_other", "dependency")
 ALONE_FACTOR = 3.0
 SLOW_FRACTION = 0.5
-RECOVERY_STEPS = 3
+MEDIAN_STEPS = 5
 #: A capture whose step grew less than this share of the baseline step has "no change".
 NOISE_SHARE = 0.05
 #: A change is the run's answer only when it lost at least this share of the job's time (the series' sum).
@@ -318,6 +318,24 @@ def _waited_in(cap: Report, rank: int) -> dict[str, Any] | None:
             "wait_us": c.get("wait_us")}
 
 
+def _slow_flags(job_us: Any, baseline_us: float, threshold_us: float) -> Any:
+    """Per step: whether the median of the 5 steps centred on it exceeds the baseline by ``threshold_us``
+    (edges: the steps there are). A median of 5 ignores a spike or two of a loaded machine and keeps a
+    sustained slowdown to the step. Computed in blocks, so a long series needs no 5x copy."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    half = MEDIAN_STEPS // 2
+    n = len(job_us)
+    padded = np.concatenate([np.full(half, np.nan), job_us, np.full(half, np.nan)])
+    out = np.zeros(n, bool)
+    block = 1 << 20
+    for i in range(0, n, block):
+        win = sliding_window_view(padded[i:min(n, i + block) + 2 * half], MEDIAN_STEPS)
+        out[i:i + len(win)] = np.nanmedian(win, axis=1) - baseline_us >= threshold_us
+    return out
+
+
 def slow_stretch(series: StepSeries, around: int, baseline_us: float, excess_us: float,
                  capture: tuple[int, int] | None) -> tuple[int, int, int, float] | None:
     """(first, last, slow steps, µs lost) of the stretch around step ``around`` (module docstring)."""
@@ -325,31 +343,21 @@ def slow_stretch(series: StepSeries, around: int, baseline_us: float, excess_us:
 
     if not len(series.steps) or excess_us <= 0:
         return None
-    slow = series.job_us - baseline_us >= SLOW_FRACTION * excess_us
+    slow = _slow_flags(series.job_us, baseline_us, SLOW_FRACTION * excess_us)
     start = int(np.searchsorted(series.steps, around))
     if capture is not None:  # the captured steps are slow by construction: start from the earliest
         start = min(start, int(np.searchsorted(series.steps, capture[0])))
     start = min(start, len(series.steps) - 1)
-    # back through the slow steps right before it (the detector needs a few slow steps to fire); a
-    # slow step with a normal one between is noise of the healthy run, not this stretch
     first_i = next((j for j in range(start, len(slow)) if slow[j]), None)
     if first_i is None:
         return None
-    while first_i > 0 and slow[first_i - 1]:
+    while first_i > 0 and slow[first_i - 1] and series.steps[first_i - 1] == series.steps[first_i] - 1:
         first_i -= 1
-    j = first_i
-    normal = 0
     last_i = first_i
-    while j < len(slow) and normal < RECOVERY_STEPS:
-        if slow[j]:
-            last_i = j
-            normal = 0
-        else:
-            normal += 1
-        j += 1
-    m = slow[first_i:last_i + 1]
-    lost = float((series.job_us[first_i:last_i + 1][m] - baseline_us).sum())
-    return int(series.steps[first_i]), int(series.steps[last_i]), int(m.sum()), lost
+    while last_i + 1 < len(slow) and slow[last_i + 1] and series.steps[last_i + 1] == series.steps[last_i] + 1:
+        last_i += 1
+    lost = float((series.job_us[first_i:last_i + 1] - baseline_us).sum())
+    return int(series.steps[first_i]), int(series.steps[last_i]), last_i - first_i + 1, lost
 
 
 def compare_capture(base: Report, cap: Capture, series: StepSeries | None, options: ReportOptions,
