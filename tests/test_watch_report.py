@@ -256,3 +256,27 @@ def test_a_hang_stays_the_answer_of_a_watched_run(doc: dict[str, Any]) -> None:
     hung = dict(doc, findings=[{"id": "hang", "title": "Job hung in all_reduce", "category": "hang"}])
     assert answer(hung)[0].startswith("Job hung in all_reduce")
     assert answer(doc)[0].startswith("from step 200 the step took ")
+
+
+def test_the_watchs_capture_dumps_are_no_hang(watched: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """fr/ holding the dumps the watch took for a capture of a running job (run.json dumps[].reason
+    capture1, the job ended by itself): no hang finding, one line saying why."""
+    import shutil
+
+    from traceread.simulate.fr_hang import HangKnobs, simulate_hang
+
+    run, _ = watched
+    for sub in ("traces", "progress", "captures"):
+        shutil.copytree(run / sub, tmp_path / sub)
+    simulate_hang(tmp_path / "fr", HangKnobs(tp=2, pp=1, dp=1, faults=[(1, 0.4)]), prefix="rank", write_truth=False)
+    info = {"exit_code": 0, "hang": None, "ranks": {},
+            "dumps": [{"reason": "capture1", "answered_ranks": [0, 1], "unanswered_ranks": []}]}
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    d = build_watched([str(tmp_path)], ReportOptions(use_cache=False, workers=1))
+    assert d["hang"] is None and not any(f["id"] == "hang" for f in d["findings"])
+    assert any("the dumps the watch took for capture1 while the job ran" in w for w in d["warnings"])
+    assert d["watch"]["answer"]["rank"] == 1
+    info["dumps"][0]["reason"] = "hang"  # a dump the watchdog took for a hang stays hang evidence
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    d = build_watched([str(tmp_path)], ReportOptions(use_cache=False, workers=1))
+    assert d["hang"] is not None
