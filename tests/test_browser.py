@@ -317,3 +317,23 @@ if __name__ == "__main__":
         raise SystemExit("usage: python tests/test_browser.py --update-screenshot")
     with tempfile.TemporaryDirectory() as tmp:
         print(update_docs_screenshot(Path(tmp)))
+
+
+def test_watched_run_chart_renders(tmp_path: Path) -> None:
+    """A watched run's page: the whole-job step-time chart with the baseline and capture bands draws
+    in a real browser without a console message (tests/test_watch_report.py checks its numbers)."""
+    from traceread.compare.captures import build_watched
+    from traceread.options import ReportOptions
+    from traceread.simulate.watched import write_watched_run
+
+    run = tmp_path / "run"
+    write_watched_run(run, total_steps=120, slow=(60, 79), capture_steps=4)
+    doc = build_watched([str(run)], ReportOptions(use_cache=False, workers=1))
+    page = html.write_html(doc, tmp_path / "watched.html")
+    dom = check_page(page, tmp_path)
+    m = re.search(r'<div class="chart[^"]*" id="chart-watch"[^>]*>', dom)
+    assert m is not None and 'data-rendered="1"' in m.group(0)
+    chart = re.search(r'id="chart-watch".*?(?=<div class="chart|</section>)', dom, re.S)
+    assert chart is not None
+    assert chart.group(0).count('class="shape-group"') == 3  # baseline, capture, slow stretch: shaded
+    assert chart.group(0).count('class="annotation"') == 2  # "baseline", "capture 1"

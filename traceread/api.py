@@ -255,8 +255,6 @@ def analyze(paths: PathLike | Sequence[PathLike], *, max_rank_bytes: int | str |
     reader's size guard. Raises :class:`NothingUsableError` (a :class:`TraceReadError`) when no
     trace could be analysed, and :class:`TraceReadError` for inconsistent input.
     """
-    from traceread.assemble.report import build_report
-
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise TraceReadError("no paths given")
@@ -266,8 +264,6 @@ def analyze(paths: PathLike | Sequence[PathLike], *, max_rank_bytes: int | str |
 
         os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(str(max_rank_bytes)))
     given = [str(p) if isinstance(p, os.PathLike) else p for p in items]
-    if (opts.cycle or "").strip().lower() == "all":
-        from traceread.compare.cycles import build_all_cycles
+    from traceread.compare.captures import build_watched
 
-        return Report(build_all_cycles(given, opts))  # type: ignore[arg-type]
-    return Report(build_report(given, opts))  # type: ignore[arg-type]
+    return Report(build_watched(given, opts))  # type: ignore[arg-type]  # --cycle all and watched runs too

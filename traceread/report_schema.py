@@ -322,6 +322,8 @@ class Finding(TypedDict, total=False):
     impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
     steps: list[int]  # slow_steps: the steps it covers
     recovered: bool  # failure: the failed attempt was restarted and a later one ran to the end (issue 37)
+    telemetry: dict[str, Any]  # straggler whose GPU was throttled: analysis.telemetry.gpu_state over the window
+    xids: list[dict[str, Any]]  # hang: Xid events from the stall to its detection (compare.telemetry_join)
 
 
 class LayoutGroup(TypedDict):
@@ -507,3 +509,7 @@ class Report(TypedDict, total=False):
     drift: dict[str, Any]  # only with --cycle all: per-cycle numbers + growth first -> last (analysis.drift)
     step_timeline: dict[str, Any] | None  # analysis.step_timeline.job_timeline: real GPU intervals of two steps
     memory: Memory | None  # analysis.memory: peak, timeline, headroom per rank; null without memory events
+    # a watched run only (compare.captures, docs/watch-report.md): the step series (downsampled), the
+    # captures compared with the baseline window, and the answer (the capture with the most time lost)
+    watch: dict[str, Any]
+    telemetry: dict[str, Any]  # RUN/telemetry/ read (compare.telemetry_join): per rank its GPU's state

@@ -128,7 +128,10 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         if failure is not None and failure.rank is not None:
             unreadable[failure.rank] = message
     hang = None
-    if run_dir is not None:
+    snapshot = run_folder.capture_dumps_only(run_dir, run_info) if run_dir is not None else None
+    if snapshot:
+        warnings.append(snapshot)
+    elif run_dir is not None:
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))

@@ -107,3 +107,20 @@ def mark_missing_ranks(report: Report, unreadable: dict[int, str]) -> None:
     missing = (set(range(int(world))) - present) | (set(unreadable) - present)
     if missing and present:
         report["source"]["missing_ranks"] = sorted(missing)
+
+
+def capture_dumps_only(run_dir: Path, run_info: dict[str, Any] | None) -> str | None:
+    """The line saying why fr/ and stacks/ are not hang evidence, when they are not: the job ended by
+    itself (run.json has its exit code, no hang was recorded, no hang.json) and every dump the launcher
+    took was for a capture of the watch (``dumps[].reason`` = ``capture{N}``, docs/watch.md), i.e. a
+    snapshot of a job that was running — its in-flight collective is no hang. None otherwise."""
+    if not isinstance(run_info, dict) or run_info.get("hang") or (run_dir / "hang.json").exists():
+        return None
+    dumps = run_info.get("dumps")
+    if not isinstance(run_info.get("exit_code"), int) or not isinstance(dumps, list) or not dumps:
+        return None
+    reasons = [d.get("reason") for d in dumps if isinstance(d, dict)]
+    if len(reasons) != len(dumps) or not all(isinstance(r, str) and r.startswith("capture") for r in reasons):
+        return None
+    return (f"{run_dir}/fr and stacks: the dumps the watch took for {', '.join(str(r) for r in reasons)} while the job ran "
+            "(not a hang: the job went on and ended by itself); no hang diagnosis")

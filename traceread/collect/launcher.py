@@ -26,11 +26,13 @@ from traceread.collect.env import collect_env
 from traceread.collect.job_profiler import job_profilers, summary_line
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
+from traceread.collect.telemetry import start_telemetry
+from traceread.collect.watch import Watch, WatchOptions
 from traceread.collect.watchdog import DEFAULT_FACTOR, DEFAULT_FLOOR_S, Watchdog
 from traceread.errors import TraceReadError
 from traceread.textsafe import clean_lines
 
-SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors")
+SUBDIRS = ("traces", "ranks", "progress", "inject", "stacks", "fr", "nccl", "errors", "captures")
 OPTIONAL_SUBDIRS = ("memory",)  # created only when asked for (--memory-snapshot)
 EXIT_HANG_KILLED = 124  # --on-hang kill, when the killed command itself exited 0
 EXIT_NOT_FOUND = 127
@@ -68,6 +70,7 @@ class CollectOptions:
     echo: bool = True
     overwrite: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    watch: WatchOptions = field(default_factory=WatchOptions)  # the slow-step watch (docs/watch.md)
 
     def profiler_config(self) -> dict[str, Any]:
         return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
@@ -307,8 +310,15 @@ def run_collect(opts: CollectOptions) -> int:
 
     dog = Watchdog(host_dir, timeout_s=opts.hang_timeout_s, floor_s=opts.hang_floor_s, factor=opts.hang_factor,
                    startup_timeout_s=opts.startup_timeout_s, grace_s=opts.dump_grace_s)
+    telemetry = start_telemetry(host_dir) if collecting else None  # GPU sensors, ~1 Hz (collect/telemetry.py)
     hang: dict[str, Any] | None = None
     dumps: list[dict[str, Any]] = []
+    watch = Watch(host_dir, opts.watch, opts.profiler_config(), tee.note) if collecting and opts.inject else None
+
+    def capture_dump(reason: str) -> dict[str, Any]:
+        dump = dog.dump_all(reason)
+        dumps.append({k: v for k, v in dump.items() if k != "acks"})
+        return dump
     killed_for_hang = False
     watchdog_broken = not collecting
     try:
@@ -348,10 +358,24 @@ def run_collect(opts: CollectOptions) -> int:
             except OSError as exc:  # the run folder became unwritable: keep the job running, stop watching
                 watchdog_broken = True
                 tee.note(f"watchdog stopped, cannot write in {host_dir}: {exc}")
+                continue
+            if watch is not None:
+                try:
+                    watch.poll(capture_dump)
+                except Exception as exc:  # never the job's problem: the watch stops, the job and watchdog go on
+                    tee.note(f"watch stopped: {type(exc).__name__}: {exc}")
+                    watch = None
     finally:
         for restored, old_handler in previous.items():
             signal.signal(restored, old_handler)
     returncode = proc.wait()
+    if telemetry is not None:
+        opts.extra["telemetry"] = telemetry.stop()
+    if watch is not None:
+        try:
+            watch.finish()
+        except Exception as exc:
+            tee.note(f"watch: cannot close the captures: {type(exc).__name__}: {exc}")
     tee.close()
     code = _exit_code(returncode)
     if killed_for_hang and code == 0:
@@ -368,6 +392,24 @@ def run_collect(opts: CollectOptions) -> int:
         except OSError:
             pass
     return code
+
+
+def capture_summary(host_dir: Path) -> str | None:
+    """One line on the captures (the watch's and snap's): how many, which kinds, where."""
+    from traceread.collect.captures import capture_dir, capture_ids
+    from traceread.collect.runinfo import read_json
+
+    ids = capture_ids(host_dir)
+    if not ids:
+        return None
+    kinds = []
+    for cid in ids:
+        trig = read_json(capture_dir(host_dir, cid) / "trigger.json") or {}
+        steps = trig.get("steps")
+        where = f"steps {steps[0]}-{steps[1]}" if isinstance(steps, list) and len(steps) == 2 else "no steps"
+        traces = len(list(capture_dir(host_dir, cid).glob("rank*.pt.trace.json.gz")))
+        kinds.append(f"#{cid} {trig.get('kind', '?')} {where} ({traces} trace(s))")
+    return f"  caught:  {len(ids)} capture(s) in {host_dir / 'captures'}: " + "; ".join(kinds)
 
 
 def _no_trace_note(host_dir: Path, opts: CollectOptions) -> str | None:
@@ -470,6 +512,7 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
         "env_added": added,
         "hang": hang,
         "dumps": dumps,
+        "telemetry": opts.extra.get("telemetry"),
         "files": _inventory(host_dir),
     }
     write_json(host_dir / "run.json", build_run_json(host_dir, base))
@@ -480,11 +523,11 @@ def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str,
 def _inventory(host_dir: Path) -> dict[str, list[str]]:
     """Relative paths of what was collected, per kind (so a reader knows what to expect)."""
     out = {}
-    for sub in ("traces", "fr", "stacks", "errors", "nccl", "memory"):
-        if sub == "memory" and not (host_dir / sub).is_dir():
+    for sub in ("traces", "fr", "stacks", "errors", "nccl", "memory", "captures"):
+        if sub in ("memory", "captures") and not (host_dir / sub).is_dir():
             continue
-        out[sub] = sorted(str(p.relative_to(host_dir)) for p in (host_dir / sub).glob("*")
-                          if p.is_file() and not p.name.startswith("."))
+        found = (host_dir / sub).rglob("*") if sub == "captures" else (host_dir / sub).glob("*")
+        out[sub] = sorted(str(p.relative_to(host_dir)) for p in found if p.is_file() and not p.name.startswith("."))
     return out
 
 
@@ -526,6 +569,9 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     own = summary_line(ranks)
     if own:
         lines.append("  " + own)
+    caught = capture_summary(host_dir)
+    if caught:
+        lines.append(caught)
     if extras:
         lines.append("  also:    " + ", ".join(extras))
     restarts = sorted(p.name for p in (host_dir / "attempts").glob("attempt*") if p.is_dir())

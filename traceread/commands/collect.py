@@ -81,17 +81,42 @@ def _ranks(value: str) -> str:
 @click.option("--fr-buffer", default=20000, show_default=True, type=click.IntRange(0),
               help="Flight Recorder entries (TORCH_FR_BUFFER_SIZE) unless already set.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier run collected in the same folder.")
+@click.option("--no-watch", is_flag=True,
+              help="Do not watch step times for slowdowns (captures asked by `traceread snap` still work).")
+@click.option("--watch-factor", default=1.5, show_default=True, type=click.FloatRange(min=1.05),
+              help="A step is slow when it takes at least this many times the baseline median (and is beyond "
+                   "--watch-mads of the run's own noise).")
+@click.option("--watch-steps", default=5, show_default=True, type=click.IntRange(1),
+              help="... for this many consecutive steps (job-wide slowdown, or one rank late).")
+@click.option("--watch-mads", default=4.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="Noise margin: median + this many robust standard deviations (1.4826 x MAD).")
+@click.option("--watch-stall", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="A stall: no step anywhere for max(this, 10 x median step).")
+@click.option("--capture-steps", default=10, show_default=True, type=click.IntRange(1, 200), metavar="K",
+              help="Steps recorded on every rank when the watch catches a slowdown.")
+@click.option("--max-captures", default=5, show_default=True, type=click.IntRange(0),
+              help="Captures the watch may take in the whole run (traceread snap not counted).")
+@click.option("--watch-cooldown", default=60.0, show_default=True, type=click.FloatRange(min=0.0), metavar="SECONDS",
+              help="Minimum time between two captures of the watch.")
+@click.option("--watch-max-disk", default=2048.0, show_default=True, type=click.FloatRange(min=0.0), metavar="MB",
+              help="The watch stops capturing once RUN/captures holds this much.")
+@click.option("--watch-dump/--no-watch-dump", default=True, show_default=True,
+              help="With each capture of the watch, stacks + Flight Recorder of every rank at the moment of detection.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, every: int, max_cycles: int, ranks: str,
             record_shapes: bool, with_stack: bool, profile_memory: bool, memory_snapshot: bool, no_profile: bool,
             no_inject: bool, hang_timeout: str | None, hang_floor: float, hang_factor: float, startup_timeout: float | None,
             on_hang: str,
-            dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, command: tuple[str, ...]) -> None:
+            dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, no_watch: bool, watch_factor: float,
+            watch_steps: int, watch_mads: float, watch_stall: float, capture_steps: int, max_captures: int,
+            watch_cooldown: float, watch_max_disk: float, watch_dump: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND unchanged and collect per-rank traces, NCCL logs, Flight Recorder and hang dumps.
 
     Nothing in the training script changes: a sitecustomize on PYTHONPATH starts torch.profiler in
     each rank (driven by optimizer steps), records progress for the hang watchdog, and answers dump
-    requests. Exits with COMMAND's exit code, and ends with a summary: what was collected where,
+    requests. The watch (on by default) records the next --capture-steps steps of every rank
+    into RUN/captures/ when the job slows down (docs/watch.md).
+    Exits with COMMAND's exit code, and ends with a summary: what was collected where,
     and the command to run next.
 
     \b
@@ -104,9 +129,13 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
       traceread collect -o runs/mem --memory-snapshot -- torchrun ... train.py   # memory events + snapshots
       srun -N4 traceread collect -o /shared/runs/exp2 -- torchrun --nnodes 4 ... train.py
       kill -USR1 <traceread pid>      # dump stacks + Flight Recorder of every rank now
+      traceread collect -o runs/w --watch-factor 2 --watch-steps 10 --capture-steps 20 -- torchrun ... train.py
+      traceread collect -o runs/quiet --no-watch -- torchrun ... train.py
+      traceread snap runs/exp1 ; traceread watch runs/exp1   # from another terminal, while it runs
       traceread report runs/exp1 ; traceread hang runs/hang
     """
     from traceread.collect.launcher import CollectOptions, run_collect
+    from traceread.collect.watch import WatchOptions
 
     cmd = list(command)
     if cmd and cmd[0] == "--":
@@ -126,5 +155,8 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
         inject=not no_inject, hang_timeout_s=_timeout(hang_timeout), hang_floor_s=hang_floor,
         hang_factor=hang_factor, startup_timeout_s=startup_timeout, on_hang=on_hang, dump_grace_s=dump_grace,
         layout=layout, fr_buffer=fr_buffer, overwrite=overwrite,
+        watch=WatchOptions(enabled=not no_watch, factor=watch_factor, steps=watch_steps, mads=watch_mads,
+                           stall_min_s=watch_stall, capture_steps=capture_steps, max_captures=max_captures,
+                           cooldown_s=watch_cooldown, max_disk_mb=watch_max_disk, dump=watch_dump),
     )
     sys.exit(run_collect(opts))

@@ -65,7 +65,8 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
     resolve_format("export", None, output, {".json": "json", ".json.gz": "json.gz"}, "json")
     check_writable(output)
     u = ui()
-    from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
+    from traceread.assemble.report import NothingUsableError, ReportOptions
+    from traceread.compare.captures import build_watched
     from traceread.export import ExportOptions, export_trace
     from traceread.export.selection import parse_ranks, parse_steps
     from traceread.fmt import nbytes
@@ -76,8 +77,8 @@ def export(paths: tuple[str, ...], output: str, steps_text: str | None, ranks_te
     except ValueError as exc:
         raise click.UsageError(f"--ranks/--steps: {exc}") from None
     try:
-        doc = build_report(list(paths), ReportOptions(use_cache=not no_cache, workers=workers,
-                                                      progress=sys.stderr.isatty() and not u.quiet))
+        doc = build_watched(list(paths), ReportOptions(use_cache=not no_cache, workers=workers,
+                                                       progress=sys.stderr.isatty() and not u.quiet))
     except NothingUsableError as exc:
         fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_NO_TRACES)
     known = {int(e["rank"]) for e in doc.get("ranks") or []}

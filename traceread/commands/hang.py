@@ -25,6 +25,20 @@ def _behind_text(b: dict[str, Any]) -> str:
     return f"rank {b['rank']} ({why}{at})"
 
 
+def _add_xids(diag: Any, run_dir: Path) -> None:
+    """GPU telemetry beside the dumps (RUN/telemetry/): Xids at the hang go under the answer and in ``xids``."""
+    if not run_dir.is_dir() or not any((d / "telemetry").is_dir() for d in (run_dir, *run_dir.iterdir()) if d.is_dir()):
+        return
+    from traceread.compare.telemetry_join import xid_words, xids_at_hang
+    from traceread.read.telemetry import read_telemetry
+
+    notes: list[str] = []
+    xids = xids_at_hang(run_dir, read_telemetry(run_dir, notes.append))
+    if xids:
+        diag.entry["xids"] = xids
+        diag.entry["xid_line"] = f"GPU telemetry: the driver reported {xid_words(xids)}"
+
+
 def _text(diag: Any) -> str:
     from traceread.textsafe import clean_data
 
@@ -32,6 +46,8 @@ def _text(diag: Any) -> str:
     culprits = e.get("culprits") or []
     groups = e.get("groups") or []
     lines = [clean(x) for x in diag.lines]
+    if e.get("xid_line"):  # GPU telemetry: an Xid at the hang, right under the answer
+        lines.insert(1, clean(e["xid_line"]))
     lines.append("")
     if culprits or groups:
         if e.get("dumps"):
@@ -165,6 +181,7 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None, worker
             click.echo(f"but the NCCL logs report an error (the job failed rather than hung): {clean(failed)}")
         ctx.exit(EXIT_NO_TRACES)
         return
+    _add_xids(diag, run_dir)
     write_output(output, json.dumps(diag.entry, indent=1) + "\n" if fmt == "json" else _text(diag) + "\n")
     if output and output != "-":
         ui().note(f"hang diagnosis: {output}")

@@ -158,7 +158,7 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     inconsistent traces, e.g. two runs mixed, a path that does not exist, an output that cannot
     be written), 3 no trace file found under PATHS (a collected run that recorded none included).
     """
-    from traceread.assemble.report import NothingUsableError, ReportOptions, build_report
+    from traceread.assemble.report import NothingUsableError, ReportOptions
 
     if tokens_per_step is not None and params is None:
         raise click.UsageError("--tokens-per-step needs --params (MFU = 6·N·tokens)")
@@ -187,12 +187,9 @@ def report(paths: tuple[str, ...], output: str | None, fmt: str | None, no_cache
     t0 = time.perf_counter()
     doc: Any
     try:
-        if cycle.strip().lower() == "all":
-            from traceread.compare.cycles import build_all_cycles
+        from traceread.compare.captures import build_watched
 
-            doc = build_all_cycles(list(paths), opts)
-        else:
-            doc = build_report(list(paths), opts)
+        doc = build_watched(list(paths), opts)  # --cycle all, and a watched run's series and captures
     except ValueError as exc:  # reader.cycles.CycleChoiceError, imported only then (warm path stays light)
         from traceread.read.cycles import CycleChoiceError
 

@@ -136,6 +136,12 @@ def export_trace(report: Report, out: str | Path, options: ExportOptions | None 
             if progress:
                 progress(f"rank {rank}")
         try:
+            from traceread.export.watch_track import watch_events
+
+            total += w.events(watch_events(report))  # a watched run: whole-job step time + captured windows
+        except Exception as exc:
+            warnings.append(f"watch track skipped: {type(exc).__name__}: {exc}")
+        try:
             total += w.events(marks.events())
             n_marks = len(marks.slices)
         except Exception as exc:

@@ -138,6 +138,7 @@ def _field(name: str, why: str) -> Callable[[Report, dict[str, Any]], str | None
 
 #: The sections after the findings, in their default order (each template under templates/sections/).
 PAGE_SECTIONS: list[PageSection] = [
+    PageSection("watch", "step time over the job", _chart_or("watch", "watch")),
     PageSection("ledger", "step ledger", _chart_or("ledger")),
     PageSection("breakdown", "time breakdown", lambda r, c: None if c["table_ranks"] else "no rank", ()),
     PageSection("timeline", "step timeline", _chart_or("timeline"),
@@ -200,7 +201,7 @@ def section_order(report: Report, ctx: dict[str, Any]) -> tuple[list[str], list[
     shown = {s.key: s for s in PAGE_SECTIONS if s.has_data(report, ctx) is None}
     left_out = [(s.key, _reason(str(s.has_data(report, ctx)))) for s in PAGE_SECTIONS
                 if s.key not in shown and s.key not in ("drift", "warnings", "hang")]
-    order: list[str] = [k for k in ("ledger",) if k in shown]
+    order: list[str] = [k for k in ("watch", "ledger") if k in shown]
     see: list[list[tuple[str, str]]] = []
     for f in report.get("findings") or []:
         keys = [s.key for s in PAGE_SECTIONS if s.key in shown and _supports(s, str(f.get("id")))]
@@ -283,6 +284,10 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
 
     figs["memory"] = memory_view.memory_figure(report)
     text["memory"] = memory_view.explanation(report)
+    from traceread.render import watch_view
+
+    figs["watch"] = watch_view.figure(report)
+    text["watch"] = watch_view.explanation(report)
     return {k: {"chart": (k if figs.get(k, (None,))[0] is not None else None),
                 "reason": figs.get(k, (None, None))[1], "text": text.get(k, "")}
             for k in text} | {"_figs": {k: f for k, (f, _) in figs.items() if f is not None}}

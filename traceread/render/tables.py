@@ -90,6 +90,29 @@ def warning_rows(report: Report) -> Rows:
     return [{"warning": w} for w in report.get("warnings") or []]
 
 
+def capture_rows(report: Report) -> Rows:
+    """A watched run's captures against the baseline (compare.captures): one row each, flat."""
+    rows = []
+    for c in (report.get("watch") or {}).get("captures") or []:
+        steps, slow = c.get("steps") or [None, None], c.get("slow_steps") or [None, None]
+        span, kernel, what = c.get("host_span") or {}, c.get("kernel") or {}, c.get("what") or {}
+        rows.append({"capture": c.get("name"), "kind": c.get("kind"), "requested_by": c.get("requested_by"),
+                     "first_step": steps[0], "last_step": steps[1], "step_us": c.get("step_us"),
+                     "baseline_step_us": c.get("baseline_step_us"), "excess_us": c.get("excess_us"),
+                     "changed": c.get("changed"), "rank": c.get("rank"), "what": what.get("category"),
+                     "host_span": (span.get("caller") or {}).get("name") or span.get("name"),
+                     "kernel": kernel.get("name"), "slow_first_step": slow[0], "slow_last_step": slow[1],
+                     "slow_steps": c.get("n_slow_steps"), "lost_us": c.get("lost_us"), "sentence": c.get("sentence")})
+    return rows
+
+
+def series_rows(report: Report) -> Rows:
+    """A watched run's job step-time series as the document keeps it (at most 1,000 points)."""
+    s = (report.get("watch") or {}).get("series") or {}
+    keys = ("step_first", "step_last", "job_median_us", "job_max_us", "wall_end_ns")
+    return [dict(zip(keys, vals)) for vals in zip(*(s.get(k) or [] for k in keys))] if s else []
+
+
 #: name → rows builder; ``--format csv`` writes ``<name>.csv`` for each non-empty one.
 TABLES: dict[str, Callable[[Report], Rows]] = {
     "findings": findings_rows,
@@ -104,6 +127,8 @@ TABLES: dict[str, Callable[[Report], Rows]] = {
     "layout": layout_rows,
     "operators": operator_rows,
     "warnings": warning_rows,
+    "captures": capture_rows,
+    "step_series": series_rows,
 }
 
 

@@ -88,6 +88,11 @@ def nccl_nothing_found(n: dict[str, Any]) -> str:
 
 def answer(report: Report) -> tuple[str, str | None]:
     """(the top problem in one sentence, the first thing to change) — or a 'nothing found' line."""
+    from traceread.render.watch_view import answer_text
+
+    watched = answer_text(report)  # a watched run: the captured change that cost the most time
+    if watched is not None:
+        return watched
     findings = report.get("findings") or []
     if not findings:
         if not report.get("ranks"):
@@ -323,6 +328,12 @@ def layout_section(report: Report, v: View) -> None:
     render_layout(report, v.console, v.top, v.box)
 
 
+def watch_section(report: Report, v: View) -> None:
+    from traceread.render.watch_view import render_terminal as render_watch
+
+    render_watch(report, v.console, v.width, ascii_only=v.ascii_only)
+
+
 def drift_section(report: Report, v: View) -> None:
     from traceread.render.drift_view import render_terminal as render_drift
 
@@ -351,7 +362,7 @@ def footer_section(report: Report, v: View) -> None:
 
 
 #: The summary, top to bottom. Each prints nothing when its part of the document is empty.
-SECTIONS: list[Section] = [answer_section, ledger_section, findings_section, rank_ledgers_section, ranks_section,
+SECTIONS: list[Section] = [answer_section, watch_section, ledger_section, findings_section, rank_ledgers_section, ranks_section,
                            collectives_section, layout_section, notes_section, drift_section, warnings_section, footer_section]
 
 

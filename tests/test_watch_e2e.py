@@ -1,0 +1,195 @@
+"""End-to-end: the watch of ``traceread collect`` on real 2-rank torchrun jobs (gloo, CPU) whose
+slowdown starts mid-run, ``traceread snap`` and ``traceread watch`` on a running job.
+
+Truth comes from the job script (``tests/jobs/slow_train.py``: which rank, which steps, how many ms).
+Every slowdown is several times the step (15 ms of sleep per step, +40..60 ms slow, a 12 s stall), so
+the assertions hold on an idle machine and beside a CPU hog; none is about how fast anything ran.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import needs
+import pytest
+from test_collect_e2e import free_port
+
+needs.module("torch")
+pytestmark = pytest.mark.slow
+JOB = Path(__file__).resolve().parent / "jobs" / "slow_train.py"
+
+
+def _cmd(run: Path, job_args: list[str], collect_args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "traceread.cli", "collect", "-o", str(run), *collect_args, "--",
+            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+            "--monitor-interval", "0.5", str(JOB), *job_args]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _collect(run: Path, job_args: list[str], collect_args: list[str] = ()) -> subprocess.CompletedProcess:
+    res = subprocess.run(_cmd(run, job_args, list(collect_args)), env=_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _profiler_steps(path: Path) -> set[int]:
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return {int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+
+
+def _captures(run: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run / "captures").glob("capture*/trigger.json"),
+                                                      key=lambda p: int(p.parent.name[7:]))]
+
+
+def _assert_recorded_on_every_rank(run: Path, trig: dict) -> None:
+    """Both ranks' traces exist and hold exactly the asked steps, the same numbers on both."""
+    first, last = trig["steps"]
+    folder = run / "captures" / f"capture{trig['id']}"
+    for r in (0, 1):
+        outcome = json.loads((folder / f"rank{r}.json").read_text())
+        assert outcome["state"] == "recorded" and outcome["steps"] == [first, last], outcome
+        assert _profiler_steps(folder / f"rank{r}.pt.trace.json.gz") == set(range(first, last + 1))
+
+
+def test_the_issue_scenario_rank1_input_pipeline_slow_in_steps_200_to_239(tmp_path: Path) -> None:
+    """2-rank DDP, 320 healthy 15 ms steps, rank 1's input pipeline +40 ms in steps 200-239, default options:
+    the slow steps of every rank are recorded. In synchronous data parallel every rank ends its step at
+    the same time (the others wait in the gradient all-reduce), so this is a job-wide slowdown."""
+    run = tmp_path / "run"
+    res = _collect(run, ["--steps", "320", "--slow-rank", "1", "--slow-steps", "200:239", "--slow-ms", "40"])
+    caps = _captures(run)
+    assert [c["kind"] for c in caps] == ["job_slowdown"], res.stderr[-3000:]
+    trig = caps[0]
+    assert 200 <= trig["since_step"] <= trig["detected_at_step"] < trig["steps"][0]
+    assert 200 <= trig["steps"][0] and trig["steps"][1] <= 239 and trig["steps"][1] - trig["steps"][0] == 9
+    assert trig["factor"] >= 1.5 and trig["ranks"] == [] and trig["requested_by"] == "watch"
+    _assert_recorded_on_every_rank(run, trig)
+    assert (run / "captures" / "capture1" / trig["stacks"].split("/")[-1] / "rank1.txt").is_file()
+    assert trig["fr"] is None or (run / trig["fr"]).is_dir()
+    for r in (0, 1):  # the per-step series: every optimizer step, in order
+        steps = [int(line.split()[0]) for line in (run / "progress" / f"rank{r}.steps").read_text().splitlines()]
+        assert steps == list(range(1, 321))
+    assert "caught:  1 capture(s)" in res.stderr
+    doc = json.loads((run / "run.json").read_text())
+    assert "captures/capture1/rank0.pt.trace.json.gz" in doc["files"]["captures"]
+
+
+def test_one_rank_late_is_named_and_its_slow_steps_recorded(tmp_path: Path) -> None:
+    """Rank 1 takes 60 ms more between backward and optimizer step in steps 150-230: it ends each
+    step later than rank 0 (which then waits for it at the next all-reduce)."""
+    run = tmp_path / "run"
+    _collect(run, ["--steps", "320", "--slow-rank", "1", "--slow-steps", "150:230", "--slow-ms", "60",
+                   "--slow-where", "step"])
+    caps = _captures(run)
+    assert [(c["kind"], c["ranks"]) for c in caps] == [("rank_late", [1])]
+    trig = caps[0]
+    assert 150 <= trig["since_step"] and trig["steps"][0] > trig["detected_at_step"] and trig["steps"][1] <= 230
+    assert trig["factor"] >= 1.5
+    _assert_recorded_on_every_rank(run, trig)
+
+
+def test_a_stall_then_a_job_wide_slowdown(tmp_path: Path) -> None:
+    """Rank 0 pauses 12 s before step 100 (a stall: stacks show where), then every rank is 60 ms slower in
+    steps 200-270: two captures, in that order, each on every rank."""
+    run = tmp_path / "run"
+    _collect(run, ["--steps", "330", "--stall-rank", "0", "--stall-step", "100", "--stall-s", "12",
+                   "--slow-rank", "-1", "--slow-steps", "200:270", "--slow-ms", "60"],
+             ["--watch-stall", "5", "--watch-cooldown", "0"])
+    caps = _captures(run)
+    assert [c["kind"] for c in caps] == ["stall", "job_slowdown"]
+    stall, slow = caps
+    assert stall["detected_at_step"] == 99 and stall["since_step"] == 100 and stall["observed_step_ms"] >= 5000
+    stacks = (run / stall["stacks"] / "rank0.txt").read_text()
+    assert "in wait_for_storage" in stacks
+    assert stall["steps"][0] > 100
+    assert 200 <= slow["since_step"] and slow["steps"][0] > slow["detected_at_step"] and slow["steps"][1] <= 270
+    for trig in caps:
+        _assert_recorded_on_every_rank(run, trig)
+
+
+def test_a_healthy_run_beside_a_cpu_hog_takes_no_capture(tmp_path: Path) -> None:
+    """1,000 healthy steps while another process burns a core: no trigger (false triggers are a defect)."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        run = tmp_path / "run"
+        res = _collect(run, ["--steps", "1000"])
+    finally:
+        hog.kill()
+        hog.wait()
+    assert _captures(run) == [], res.stderr[-3000:]
+    assert "watch:" not in res.stderr
+    lines = (run / "progress" / "rank1.steps").read_text().splitlines()
+    assert len(lines) == 1000
+
+
+def test_snap_and_watch_on_a_running_job(tmp_path: Path) -> None:
+    """A job collected with --no-watch: `traceread snap --dump` records 5 steps of both ranks while it
+    runs; `traceread watch` (not a terminal: plain lines) follows it and ends when it ends."""
+    run = tmp_path / "run"
+    job = subprocess.Popen(_cmd(run, ["--steps", "900"], ["--no-watch"]), env=_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    viewer = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if int((run / "progress" / "rank1").read_text().split()[0]) >= 40:
+                    break
+            except (OSError, ValueError, IndexError):
+                pass
+            time.sleep(0.2)
+        viewer = subprocess.Popen([sys.executable, "-m", "traceread.cli", "watch", str(run), "--interval", "0.5"],
+                                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        snap = subprocess.run([sys.executable, "-m", "traceread.cli", "snap", str(run), "--steps", "5", "--dump",
+                               "--timeout", "300"], env=_env(), capture_output=True, text=True, timeout=400)
+        assert snap.returncode == 0, snap.stdout + snap.stderr
+        assert f"-> {run / 'captures' / 'capture1'}" in snap.stdout
+        assert "recorded by rank(s) 0,1: 2 trace(s)" in snap.stdout
+        _, err = job.communicate(timeout=400)
+        assert job.returncode == 0, err[-3000:]
+        out, verr = viewer.communicate(timeout=60)
+    finally:
+        for proc in (job, viewer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert viewer.returncode == 0, verr
+    trig = _captures(run)[0]
+    assert trig["kind"] == "on_demand" and trig["requested_by"] == "snap" and trig["steps"][0] > 40
+    _assert_recorded_on_every_rank(run, trig)
+    assert (run / "captures" / "capture1" / "stacks" / "rank0.txt").is_file()  # --dump, done by the launcher
+    lines = out.splitlines()
+    assert lines[-1] == "the job ended (exit code 0); captures: 1"
+    assert any("captures: #1 on_demand" in line for line in lines) and lines[0].startswith("step ")
+
+
+def test_a_capture_that_fails_in_the_rank_never_breaks_the_job(tmp_path: Path) -> None:
+    """The profiler start raises in every rank (test knob): each rank says so, the job ends normally and
+    the default window is still there."""
+    run = tmp_path / "run"
+    res = subprocess.run(_cmd(run, ["--steps", "200", "--slow-rank", "-1", "--slow-steps", "100:170", "--slow-ms", "60"],
+                              []), env={**_env(), "TRACEREAD_INJECT_FAIL": "capture"},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    caps = _captures(run)
+    assert [c["kind"] for c in caps] == ["job_slowdown"]
+    for r in (0, 1):
+        outcome = json.loads((run / "captures" / "capture1" / f"rank{r}.json").read_text())
+        assert outcome["state"] == "failed" and "injected failure" in outcome["reason"]
+        assert "FAILED capture" in (run / "inject" / f"rank{r}.log").read_text()
+        assert (run / "traces" / f"rank{r}.pt.trace.json.gz").is_file()
+    assert "step 200 loss" in res.stdout
