@@ -13,7 +13,6 @@ import copy
 import gzip
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from statistics import fmean, stdev
@@ -24,8 +23,8 @@ from rank_factory import frame, host_rows
 
 from traceread.analysis.comm.nccl.logs import parse_nccl_logs
 from traceread.analysis.hang.dumps import collect
-from traceread.analysis.hang.groups import build_groups
 from traceread.analysis.hang.flight_recorder import read_dump
+from traceread.analysis.hang.groups import build_groups
 from traceread.analysis.memory.rank import rank_memory
 from traceread.analysis.time.iterations import engine_iterations
 from traceread.assemble.findings.layout import fit_to_workload
@@ -145,14 +144,19 @@ def test_gdrdma_is_on_only_when_every_network_link_uses_it(shared_dir: Path, tmp
 #: healthy aws-ofi-nccl run whose three network links all use GPUDirect RDMA.
 EFA_EXCERPT = (
     "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO Bootstrap : Using eth0:10.0.92.140<0>\n"
-    "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO NET/OFI Running on P4d platform, Setting NCCL_TOPO_FILE environment variable to /opt/aws-ofi-nccl/install/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml\n"
+    "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO NET/OFI Running on P4d platform,"
+        " Setting NCCL_TOPO_FILE environment variable to"
+        " /opt/aws-ofi-nccl/install/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml\n"
     "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO NET/OFI Selected Provider is efa\n"
     "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.\n"
     "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:25 [0] NCCL INFO Using network AWS Libfabric\n"
     "[1,0]<stdout>:NCCL version 2.9.9+cuda11.2\n"
-    "[1,1]<stdout>:nccl-tests-efa-16-worker-0:26:68 [1] NCCL INFO Channel 00 : 1[101d0] -> 8[101c0] [send] via NET/AWS Libfabric/1/GDRDMA\n"
-    "[1,9]<stdout>:nccl-tests-efa-16-worker-1:26:67 [1] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0] [send] via NET/AWS Libfabric/1/GDRDMA\n"
-    "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:66 [0] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0] [receive] via NET/AWS Libfabric/1/GDRDMA\n"
+    "[1,1]<stdout>:nccl-tests-efa-16-worker-0:26:68 [1] NCCL INFO Channel 00 : 1[101d0] -> 8[101c0]"
+        " [send] via NET/AWS Libfabric/1/GDRDMA\n"
+    "[1,9]<stdout>:nccl-tests-efa-16-worker-1:26:67 [1] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0]"
+        " [send] via NET/AWS Libfabric/1/GDRDMA\n"
+    "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:66 [0] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0]"
+        " [receive] via NET/AWS Libfabric/1/GDRDMA\n"
     "[1,8]<stdout>:nccl-tests-efa-16-worker-1:25:71 [0] NCCL INFO Channel 00 : 8[101c0] -> 15[a01d0] via P2P/IPC/read\n"
     "[1,0]<stdout>:nccl-tests-efa-16-worker-0:25:66 [0] NCCL INFO Channel 00 : 0[101c0] -> 7[a01d0] via P2P/IPC/read\n"
 )
@@ -235,7 +239,7 @@ def test_undescribed_group_is_ep_only_without_all_reduce(tmp_path: Path, ops: li
     assert groups["1"].role == role
 
 
-# ---- serving (docs/report.md: iterations as steps; slow steps) --------------------------------------------
+# ---- serving (docs/layout.md: iterations as steps; slow steps) --------------------------------------------
 
 
 def test_overlapping_iteration_that_outlasts_the_previous_is_kept() -> None:
@@ -268,7 +272,7 @@ def _serving_report(kinds: dict[int, str]) -> dict[str, Any]:
 ])
 def test_slow_step_finding_dropped_only_when_every_cited_step_is_of_another_kind(cited: list[int],
                                                                                    kept: bool) -> None:
-    """docs/report.md: in a serving job a prefill among decodes is not a "slow step". The finding is
+    """docs/layout.md: in a serving job a prefill among decodes is not a "slow step". The finding is
     dropped only when *every* step it cites is of another kind than the common one; a slow decode cited
     beside a prefill is still slow. Steps 0–9 decode except 4 and 5 (prefill)."""
     kinds = {s: ("prefill" if s in (4, 5) else "decode") for s in range(10)}
@@ -337,11 +341,11 @@ def test_diff_names_a_straggler_that_moved_rank() -> None:
     assert [x["key"] for x in d["vanished"] if x["kind"] == "straggler"] == ["rank2"]
 
 
-# ---- cache (docs/engine.md) -------------------------------------------------------------------------------
+# ---- cache (docs/report-speed.md, docs/reliability.md) --------------------------------------------------
 
 
 def test_trace_rewritten_in_place_with_same_size_and_mtime_is_read_afresh(tmp_path: Path) -> None:
-    """docs/engine.md: a trace's identity is path + size + mtime + inode + ctime. Rewritten *in place*
+    """docs/report-speed.md: a trace's identity is path + size + mtime + inode + ctime. Rewritten *in place*
     (same inode) with other bytes of the same length and its mtime put back, only the change time
     differs: the parse cache must miss and the new content be read."""
     doc = json.loads(gzip.decompress((CPU_RUN / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
