@@ -26,7 +26,7 @@ from traceread.analysis.hang.dumps import collect
 from traceread.analysis.hang.flight_recorder import read_dump
 from traceread.analysis.hang.groups import build_groups
 from traceread.analysis.memory.rank import rank_memory
-from traceread.analysis.time.iterations import engine_iterations
+from traceread.analysis.time.iterations import engine_iterations, iteration_kind
 from traceread.assemble.findings.layout import fit_to_workload
 from traceread.assemble.report import build_report
 from traceread.compare.diff import diff_reports
@@ -257,6 +257,28 @@ def test_overlapping_iteration_that_outlasts_the_previous_is_kept() -> None:
     assert list(zip(it.steps["ts"].to_list(), it.steps["end"].to_list())) == [(0.0, 100.0), (50.0, 200.0),
                                                                               (300.0, 400.0)]
     assert it.kinds == {0: "decode", 1: "prefill", 2: "decode"}
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("execute_512_context_2(r1,r2)_generation_0()", ("vllm", "prefill")),  # only context requests
+    ("execute_8_context_0()_generation_8(r3,r4)", ("vllm", "decode")),  # only generation requests
+    ("execute_520_context_1(r1)_generation_8(r3)", ("vllm", "mixed")),  # both
+    ("execute_0_context_0()_generation_0()", ("vllm", "idle")),  # neither
+    ("step[DECODE bs=8]", ("sglang", "decode")),
+    ("step[EXTEND bs=2]", ("sglang", "prefill")),
+    ("step[PREFILL bs=1]", ("sglang", "prefill")),
+    ("step[mixed bs=4]", ("sglang", "mixed")),  # the engines' case varies
+    ("step[IDLE]", ("sglang", "idle")),
+    ("step[TARGET_VERIFY bs=8]", ("sglang", "decode")),  # speculative decoding verifies decode tokens
+    ("step[DRAFT_EXTEND bs=2]", ("sglang", "prefill")),  # the draft model's prefill
+    ("ProfilerStep#3", (None, "")),
+    ("xexecute_8_context_0()_generation_8()", (None, "")),  # anchored at the start
+])
+def test_iteration_kind_of_every_documented_name(name: str, expected: tuple[str | None, str]) -> None:
+    """docs/layout.md: vLLM's ``execute_<tokens>_context_<prefill requests>(…)_generation_<decode requests>(…)``
+    is prefill with only context requests, decode with only generation requests, else mixed; SGLang's
+    ``step[MODE …]`` by its mode. Each form once, expected by hand from the name."""
+    assert iteration_kind(name) == expected
 
 
 def _serving_report(kinds: dict[int, str]) -> dict[str, Any]:
