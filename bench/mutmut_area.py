@@ -31,6 +31,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ def load_areas(path: Path = AREAS) -> tuple[dict[str, Any], dict[str, dict[str, 
         for key in ("modules", "tests"):
             if not a.get(key) or not all(isinstance(x, str) for x in a[key]):
                 raise SystemExit(f"{path}: area {name} needs a list of {key}")
-        missing = [t for t in a["tests"] if not (REPO / t).is_file()]
+        missing = [t for t in a["tests"] if not (REPO / t.split("::")[0]).is_file()]
         if missing:
             raise SystemExit(f"{path}: area {name}: no such test file {missing}")
         for pattern in a["modules"]:
@@ -104,10 +105,19 @@ def write_config(dest: Path, common: dict[str, Any], area: dict[str, list[str]])
     (dest / "setup.cfg").write_text(cfg)
 
 
-def mutmut(dest: Path, *args: str, env: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def mutmut(dest: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One mutmut command in its own process group: stopping this script stops it and its workers too."""
     exe = Path(sys.executable).with_name("mutmut")
     cmd = [str(exe) if exe.is_file() else "mutmut", *args]
-    return subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def results(dest: Path, env: dict[str, str]) -> dict[str, str]:
@@ -132,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write counts, survivors and timings here")
     ap.add_argument("--keep", help="run in this folder and keep it (mutmut show/browse work there afterwards)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill` cleans up like Ctrl-C
     common, areas = load_areas()
     if args.list or not args.area:
         for name, a in areas.items():
