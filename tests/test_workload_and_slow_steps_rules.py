@@ -68,8 +68,9 @@ def test_engine_operators_name_the_engine_the_most_calls_win() -> None:
     one call comes first, SGLang's three after it)."""
     host = _host(("cpu_op", "vllm::unified_attention", 0.0, 5.0), ("cpu_op", "sgl_kernel::rmsnorm", 10.0, 5.0),
                  ("cpu_op", "sgl_kernel::silu_and_mul", 20.0, 5.0), ("cpu_op", "sgl_kernel::rmsnorm", 30.0, 5.0))
-    w = workload(host, False, None, True)
-    assert (w["kind"], w["engine"], w["evidence"]) == ("serving", "sglang", "sglang engine operators, no backward")
+    for _ in range(30):  # polars counts in parallel: an unsorted count's order varies run to run
+        w = workload(host, False, None, True)
+        assert (w["kind"], w["engine"], w["evidence"]) == ("serving", "sglang", "sglang engine operators, no backward")
     vllm = workload(_host(("cpu_op", "vllm::unified_attention", 0.0, 5.0)), False, None, True)
     assert (vllm["kind"], vllm["engine"]) == ("serving", "vllm")
 
