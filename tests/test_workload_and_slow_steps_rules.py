@@ -108,6 +108,24 @@ def test_nested_iteration_ending_with_its_parent_is_dropped() -> None:
     assert its is not None and its.steps["ts"].to_list() == [0.0]
 
 
+def test_host_operators_outside_iterations_are_not_iterations() -> None:
+    """Only the engine's iteration names are iterations: the scheduler's own operators between two
+    iterations (not nested in one) are not a third."""
+    its = engine_iterations(_host(("user_annotation", "step[DECODE bs=8]", 0.0, 100.0),
+                                  ("cpu_op", "aten::copy_", 120.0, 10.0),
+                                  ("user_annotation", "Scheduler.schedule", 140.0, 20.0),
+                                  ("user_annotation", "step[DECODE bs=8]", 200.0, 100.0)))
+    assert its is not None and its.steps["ts"].to_list() == [0.0, 200.0]
+
+
+def test_a_nested_sglang_name_still_names_sglang() -> None:
+    """``step[…]`` names SGLang even when it is nested inside an ``execute_…`` span (not an iteration of
+    its own): the engine is sglang, the one iteration is the outer one."""
+    its = engine_iterations(_host(("user_annotation", "execute_8_context_0()_generation_8(a)", 0.0, 100.0),
+                                  ("user_annotation", "step[DECODE bs=8]", 10.0, 50.0)))
+    assert its is not None and its.engine == "sglang" and its.kinds == {0: "decode"}
+
+
 def test_job_workload_takes_training_over_majority_and_first_agreeing_ranks_evidence() -> None:
     serve = {"kind": "serving", "engine": "vllm", "evidence": "3 vllm iteration annotation(s) used as steps",
              "iterations": {"decode": 3}}
@@ -118,6 +136,8 @@ def test_job_workload_takes_training_over_majority_and_first_agreeing_ranks_evid
     assert job == {"kind": "serving", "engine": "vllm", "iterations": {"decode": 3},
                    "evidence": "3 vllm iteration annotation(s) used as steps (rank evidence; 2 of 2 rank(s) agree)"}
     assert job_workload([serve, train, serve2])["kind"] == "training"  # any rank training: the job trains
+    sgl = dict(serve, engine="sglang")
+    assert job_workload([sgl, serve, sgl])["engine"] == "sglang"  # the engine most ranks name, not the last by name
     assert job_workload([None]) is None
 
 
@@ -136,7 +156,8 @@ def test_one_rank_frame_without_rank_column_names_the_component() -> None:
                 for s, d, c in [(0, 1000.0, 500.0), (1, 1000.0, 500.0), (2, 1000.0, 900.0), (3, 1000.0, 900.0),
                                 (4, 2000.0, 1600.0)]])
     (e,) = find_slow_steps(f)
-    assert (e["step"], e["median_us"], e["excess_us"], e["cause"], e["rank"]) == (4, 1000.0, 1000.0, "compute", None)
+    assert (e["step"], e["duration_us"], e["median_us"], e["excess_us"], e["cause"], e["rank"]) == \
+        (4, 2000.0, 1000.0, 1000.0, "compute", None)
     assert e["detail"] == "compute grew by a median 900 µs across ranks"
 
 
@@ -149,6 +170,14 @@ def test_a_step_exactly_at_the_threshold_is_normal_and_in_the_baseline() -> None
                                 (4, 2000.0, 1600.0)]])
     (e,) = find_slow_steps(f)
     assert e["step"] == 4 and e["detail"] == "compute grew by a median 900 µs across ranks"
+
+
+def test_duration_is_used_over_window_when_both_are_given() -> None:
+    """A frame with ``duration`` is taken as it is; ``window_us`` stands in only when there is no duration."""
+    f = _steps([{"step": s, "duration": 2000.0 if s == 4 else 1000.0, "window_us": 1000.0, "compute_us": 500.0,
+                 "idle_us": 0.0} for s in range(5)])
+    (e,) = find_slow_steps(f)
+    assert (e["step"], e["duration_us"]) == (4, 2000.0)
 
 
 def _rank_frames(late_idle: float) -> dict[int, pl.DataFrame]:
