@@ -333,6 +333,22 @@ def test_diff_step_noise_is_the_standard_error(shift_ms: float, verdict: str) ->
     assert d["verdict"] == verdict
 
 
+@pytest.mark.parametrize("with_ranks", [True, False])
+def test_diff_kernel_time_is_per_step_per_rank(with_ranks: bool) -> None:
+    """docs/report.md (diff): a kernel's time per step per rank = total_us ÷ ranks ÷ steps; a kernel row
+    without its own ``ranks`` count (older documents) divides by the report's ranks. Two ranks, four steps:
+    A's 8,000 µs is 1,000 per step per rank, B's 16,000 is 2,000."""
+    def rep(total: float) -> dict[str, Any]:
+        ranks = [{"rank": r, "steps": [{"step": i, "duration_us": 1e5, "window_us": 1e5} for i in range(4)]}
+                 for r in range(2)]
+        kernel = {"name": "sm90_gemm", "total_us": total, **({"ranks": 2} if with_ranks else {})}
+        return {"ranks": ranks, "findings": [], "stragglers": [], "kernels": [kernel]}
+
+    d = diff_reports(rep(8000.0), rep(16000.0))  # type: ignore[arg-type]
+    (k,) = d["kernels"]
+    assert (k["name"], k["a"], k["b"], k["delta"]) == ("sm90_gemm", 1000.0, 2000.0, 1000.0)
+
+
 def _cycle(stragglers: list[tuple[int, float]], step_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"cycle": 0, "label": "c"}, _run([step_ms] * 4, stragglers)
 
