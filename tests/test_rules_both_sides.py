@@ -349,6 +349,25 @@ def test_diff_kernel_time_is_per_step_per_rank(with_ranks: bool) -> None:
     assert (k["name"], k["a"], k["b"], k["delta"]) == ("sm90_gemm", 1000.0, 2000.0, 1000.0)
 
 
+@pytest.mark.parametrize("time_scale", [None, 0.125])
+def test_diff_operator_time_is_per_step_by_name_and_shapes(time_scale: float | None) -> None:
+    """docs/report.md (diff): each operator's (name + input shapes) kernel time per step on the detailed
+    rank: the roofline's ``time_scale`` when it gives one, else 1 ÷ steps. Four steps; ``aten::mm`` and
+    ``aten::bmm`` share shapes but are two rows. A: 4,000 and 8,000 µs; B twice that."""
+    def rep(mm: float, bmm: float) -> dict[str, Any]:
+        ranks = [{"rank": 0, "steps": [{"step": i, "duration_us": 1e5, "window_us": 1e5} for i in range(4)]}]
+        ops = [{"name": "aten::mm", "shapes": "[[8, 8], [8, 8]]", "time_us": mm},
+               {"name": "aten::bmm", "shapes": "[[8, 8], [8, 8]]", "time_us": bmm}]
+        roof = {"ops": ops, **({"time_scale": time_scale} if time_scale else {})}
+        return {"ranks": ranks, "findings": [], "stragglers": [], "roofline": roof}
+
+    scale = time_scale or 1 / 4
+    d = diff_reports(rep(4000.0, 8000.0), rep(8000.0, 16000.0))  # type: ignore[arg-type]
+    got = {o["name"]: (o["a"], o["b"]) for o in d["operators"]}
+    assert got == {"aten::mm [[8, 8], [8, 8]]": (4000.0 * scale, 8000.0 * scale),
+                   "aten::bmm [[8, 8], [8, 8]]": (8000.0 * scale, 16000.0 * scale)}
+
+
 def _cycle(stragglers: list[tuple[int, float]], step_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"cycle": 0, "label": "c"}, _run([step_ms] * 4, stragglers)
 
