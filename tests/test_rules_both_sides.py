@@ -368,6 +368,33 @@ def test_diff_operator_time_is_per_step_by_name_and_shapes(time_scale: float | N
                    "aten::bmm [[8, 8], [8, 8]]": (8000.0 * scale, 16000.0 * scale)}
 
 
+def test_diff_appeared_findings_and_groups_by_their_keys() -> None:
+    """docs/report.md (diff): what appeared is listed by key — a finding by id and role (impact ≥ the row
+    floor, 0.5 % of A's 100 ms step = 500 µs), a process group by name, from the collectives when there is
+    no layout. B adds an exposed-communication finding for dp (2 ms/step) and collectives on group 3."""
+    a = _run([100.0] * 4)
+    b = _run([100.0] * 4)
+    a["collectives"] = [{"pg": "0", "name": "all_reduce", "count": 4}]
+    b["collectives"] = [{"pg": "0", "name": "all_reduce", "count": 4}, {"pg": "3", "name": "all_to_all", "count": 4}]
+    b["findings"] = [{"id": "exposed_comm", "role": "dp", "title": "exposed dp communication",
+                      "impact_us_per_step": 2000.0}]
+    d = diff_reports(a, b)  # type: ignore[arg-type]
+    assert {(x["kind"], x["key"]) for x in d["appeared"]} == {("finding", "exposed_comm:dp"), ("group", "3")}
+    assert next(x["text"] for x in d["appeared"] if x["kind"] == "group") == "process group 3"
+    assert d["vanished"] == []
+
+
+def test_diff_finding_without_impact_in_b_vanished() -> None:
+    """A finding B still lists but without an impact counts as 0 µs/step: it vanished when A's was at
+    least the row floor (1 µs here: 0.5 % of a 100 µs step is less)."""
+    a = _run([0.1] * 4)
+    b = _run([0.1] * 4)
+    a["findings"] = [{"id": "host_bound", "title": "host bound", "impact_us_per_step": 50.0}]
+    b["findings"] = [{"id": "host_bound", "title": "host bound", "impact_us_per_step": None}]
+    d = diff_reports(a, b)  # type: ignore[arg-type]
+    assert [(x["kind"], x["key"]) for x in d["vanished"]] == [("finding", "host_bound")]
+
+
 def _cycle(stragglers: list[tuple[int, float]], step_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"cycle": 0, "label": "c"}, _run([step_ms] * 4, stragglers)
 
