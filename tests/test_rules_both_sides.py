@@ -395,6 +395,20 @@ def test_diff_finding_without_impact_in_b_vanished() -> None:
     assert [(x["kind"], x["key"]) for x in d["vanished"]] == [("finding", "host_bound")]
 
 
+def test_diff_collective_gone_in_b_is_listed_by_a_calls() -> None:
+    """docs/report.md (diff): collectives matched by (name, bytes), calls per step = count ÷ steps (4 steps).
+    A's 1 MiB all-gather (8 calls, 2 per step) is gone in B: listed, its calls 2 → none; the all-reduce is
+    unchanged and not listed."""
+    a, b = _run([100.0] * 4), _run([100.0] * 4)
+    ar = {"pg": "0", "name": "all_reduce", "bytes": 4096, "count": 4, "latency_us": 50.0, "busbw_gbps": 10.0}
+    ag = {"pg": "0", "name": "all_gather", "bytes": 1 << 20, "count": 8, "latency_us": 300.0, "busbw_gbps": 20.0}
+    a["collectives"], b["collectives"] = [ar, ag], [ar]
+    d = diff_reports(a, b)  # type: ignore[arg-type]
+    (c,) = d["collectives"]
+    assert (c["name"], c["bytes"], c["calls_per_step"]["a"], c["calls_per_step"]["b"]) == ("all_gather", 1 << 20, 2.0, None)
+    assert d["collectives_unchanged"] == 1
+
+
 def _cycle(stragglers: list[tuple[int, float]], step_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"cycle": 0, "label": "c"}, _run([step_ms] * 4, stragglers)
 
