@@ -409,6 +409,18 @@ def test_diff_collective_gone_in_b_is_listed_by_a_calls() -> None:
     assert d["collectives_unchanged"] == 1
 
 
+def test_diff_answer_names_at_most_four_new_things() -> None:
+    """The answer's "New in B" sentence names the first four of what appeared (stragglers, then findings,
+    then groups); the rest are in ``appeared``. Five stragglers: four named."""
+    from traceread.compare.diff import _answer
+
+    step = {"a": 100.0, "b": 150.0, "delta": 50.0, "pct": 50.0, "significant": True, "threshold_us": 1.0,
+            "noise_us": 0.0}
+    appeared = [{"kind": "straggler", "key": f"rank{r}", "text": f"straggler rank {r}"} for r in range(5)]
+    (_, new) = _answer(step, {}, appeared, [])[:2]
+    assert new == "New in B: straggler rank 0; straggler rank 1; straggler rank 2; straggler rank 3."
+
+
 def _cycle(stragglers: list[tuple[int, float]], step_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"cycle": 0, "label": "c"}, _run([step_ms] * 4, stragglers)
 
