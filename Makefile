@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 DEMO   ?= sample_traces/ddp_straggler_h100
 
-.PHONY: demo test lint bench reports clean
+.PHONY: demo test lint bench reports mutation clean
 
 $(VENV)/.core: pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,5 +44,19 @@ reports: $(VENV)/.dev
 bench: $(VENV)/.dev
 	PYTHON=$(PY) bash bench/run_all.sh
 
+# Generated mutants of one diagnosis area (bench/mutmut_areas.toml), judged by that area's tests:
+#   make mutation AREA=steps                 every mutant of the area
+#   make mutation AREA=memory SAMPLE=60      60 of them (SEED=0 unless given)
+AREA   ?=
+SAMPLE ?=
+SEED   ?= 0
+$(VENV)/.mutation: $(VENV)/.dev
+	$(PIP) -e '.[mutation]'
+	touch $@
+
+mutation: $(VENV)/.mutation
+	@test -n "$(AREA)" || { $(PY) bench/mutmut_area.py --list; echo "make mutation AREA=<one of the above>"; exit 2; }
+	$(PY) bench/mutmut_area.py $(AREA) $(if $(SAMPLE),--sample $(SAMPLE) --seed $(SEED)) --json mutation-$(AREA).json
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache demo-report.html
+	rm -rf $(VENV) .pytest_cache .mypy_cache demo-report.html mutants mutation-*.json
