@@ -72,15 +72,23 @@ class Trigger:
 
 
 class Baseline:
-    """Rolling median and MAD of the recent healthy values."""
+    """Rolling median and MAD of the recent healthy values.
+
+    Recomputed after every ``refresh`` new values once the window holds 50: one value moves the median of
+    a few hundred by little, and the two sorts per value were most of the launcher's CPU (bench_watch)."""
+
+    refresh = 8
 
     def __init__(self, size: int) -> None:
         self.values: deque[float] = deque(maxlen=size)
         self._cache: tuple[float, float] | None = None
+        self._stale = 0
 
     def add(self, value: float) -> None:
         self.values.append(value)
-        self._cache = None
+        self._stale += 1
+        if len(self.values) < 50 or self._stale >= self.refresh:
+            self._cache = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -91,6 +99,7 @@ class Baseline:
             med = statistics.median(self.values)
             mad = statistics.median(abs(v - med) for v in self.values)
             self._cache = (med, ROBUST_SIGMA * mad)
+            self._stale = 0
         return self._cache
 
 
