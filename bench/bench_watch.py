@@ -40,7 +40,7 @@ def rank_hook(steps: int, folder: Path) -> dict[str, float]:
     state.info["clock"] = [{"time_ns": time.time_ns()}]
     _traceread_rank._open_progress(state)
 
-    def per_call(fn) -> float:  # noqa: ANN001
+    def per_call(fn) -> float:
         runs = []
         for _ in range(5):
             t0 = time.perf_counter()
