@@ -4,7 +4,8 @@ From the per-step series the ranks append (``progress/rank{R}.steps``) the :clas
 robust baseline (rolling median and MAD of the recent healthy steps) of the job's step time and of
 each rank's lag behind the earliest rank, and decides, beyond the run's own noise:
 
-* ``job_slowdown``: ``watch_steps`` consecutive job steps slower than the baseline by both a factor
+* ``job_slowdown``: a stretch of ``steps`` job steps (one normal step in between tolerated), lasting at
+  least ``min_slow_s``, slower than the baseline by both a factor
   (``median × factor``) and the noise (``median + mads × 1.4826 × MAD``);
 * ``rank_late``: the same rule on one rank's lag (its step ends later than the earliest rank's by
   more than its usual lag plus ``(factor − 1) × median step``, and beyond its lag's noise);
@@ -40,8 +41,9 @@ class WatchOptions:
 
     enabled: bool = True
     factor: float = 1.5  # a slow step is at least this many times the baseline median
-    steps: int = 5  # ... for this many consecutive steps
-    mads: float = 4.0  # ... and beyond median + mads × robust sigma (the run's own noise)
+    steps: int = 5  # ... for this many steps in a stretch (one normal step in between tolerated)
+    min_slow_s: float = 0.5  # ... lasting at least this long (a sub-second load burst is no slowdown)
+    mads: float = 3.0  # ... and beyond median + mads × robust sigma (the run's own noise)
     window: int = 200  # steps in the rolling baseline
     min_history: int = 30  # healthy steps needed before anything is judged
     capture_steps: int = 10  # K
@@ -104,22 +106,34 @@ class Baseline:
 
 
 class _Streak:
-    """Consecutive slow values; re-armed once ``need`` consecutive normal values were seen."""
+    """A slow stretch: slow values, one normal value in between tolerated (two in a row end it).
+
+    Re-armed once ``need`` consecutive normal values were seen (one long slowdown fires once)."""
 
     def __init__(self) -> None:
         self.values: list[tuple[int, float]] = []
+        self.seconds = 0.0  # wall time the stretch has lasted
+        self.dip = 0
         self.normal_run = 0
         self.armed = True
 
-    def slow(self, step: int, value: float) -> None:
+    def slow(self, step: int, value: float, seconds: float) -> None:
         self.values.append((step, value))
-        self.normal_run = 0
+        self.seconds += seconds
+        self.dip = self.normal_run = 0
 
-    def normal(self, need: int) -> None:
-        self.values = []
+    def normal(self, need: int, seconds: float) -> None:
         self.normal_run += 1
+        if self.values:
+            self.dip += 1
+            self.seconds += seconds
+            if self.dip >= 2:
+                self.values, self.seconds, self.dip = [], 0.0, 0
         if self.normal_run >= need:
             self.armed = True
+
+    def ready(self, steps: int, min_s: float) -> bool:
+        return self.armed and len(self.values) >= steps and self.seconds >= min_s
 
 
 class Detector:
@@ -198,25 +212,25 @@ class Detector:
                 continue
             lmed, lsigma = base.stats()
             if lag > lmed + max((o.factor - 1) * med, o.mads * lsigma):
-                streak.slow(step, lag - lmed)
-                if streak.armed and len(streak.values) >= o.steps:
+                streak.slow(step, lag - lmed, duration)
+                if streak.ready(o.steps, o.min_slow_s):
                     late.append(rank)
                     lag_extra.append(statistics.median(v for _, v in streak.values))
             else:
-                streak.normal(o.steps)
+                streak.normal(o.steps, duration)
                 base.add(lag)
         if not ready:
             self.job.add(duration)
             return out
         slow = duration > med + max((o.factor - 1) * med, o.mads * sigma)
         if slow:
-            self.job_streak.slow(step, duration)
+            self.job_streak.slow(step, duration, duration)
             if len(self.job_streak.values) > o.window:  # a new regime lasting a whole window: adopt it
                 for _, v in self.job_streak.values:
                     self.job.add(v)
-                self.job_streak.values = []
+                self.job_streak.values, self.job_streak.seconds = [], 0.0
         else:
-            self.job_streak.normal(o.steps)
+            self.job_streak.normal(o.steps, duration)
             self.job.add(duration)
         if late:
             since = min(self.lag_streaks[r].values[0][0] for r in late)
@@ -225,15 +239,15 @@ class Detector:
                 self.lag_streaks[r].armed = False
             self.job_streak.armed = False  # the job is slow because of them: one trigger
             out.append(Trigger("rank_late", step, since, late, med * 1e3, (med + extra) * 1e3,
-                               f"rank(s) {', '.join(map(str, late))} ended {o.steps}+ consecutive steps "
+                               f"rank(s) {', '.join(map(str, late))} ended {o.steps}+ steps in a row "
                                f"{extra * 1e3:.1f} ms later than usual relative to the earliest rank "
                                f"(threshold: (factor {o.factor} - 1) x median step and {o.mads} MADs of its lag)"))
-        elif slow and self.job_streak.armed and len(self.job_streak.values) >= o.steps:
+        elif slow and self.job_streak.ready(o.steps, o.min_slow_s):
             values = [v for _, v in self.job_streak.values]
             observed = statistics.median(values)
             self.job_streak.armed = False
             out.append(Trigger("job_slowdown", step, self.job_streak.values[0][0], [], med * 1e3, observed * 1e3,
-                               f"{len(values)} consecutive steps took {observed * 1e3:.1f} ms (median) instead of "
+                               f"{len(values)} steps in a row took {observed * 1e3:.1f} ms (median) instead of "
                                f"{med * 1e3:.1f} ms: beyond x{o.factor} and median + {o.mads} robust sigmas "
                                f"({(med + o.mads * sigma) * 1e3:.1f} ms)"))
         return out
