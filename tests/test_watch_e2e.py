@@ -84,6 +84,8 @@ def test_the_issue_scenario_rank1_input_pipeline_slow_in_steps_200_to_239(tmp_pa
         steps = [int(line.split()[0]) for line in (run / "progress" / f"rank{r}.steps").read_text().splitlines()]
         assert steps == list(range(1, 321))
     assert "caught:  1 capture(s)" in res.stderr
+    assert "traceread hang" not in res.stderr  # the capture's dump lives in its folder: no hang is suggested
+    assert not list((run / "fr").glob("rank*")) and not list((run / "stacks").glob("rank*"))
     doc = json.loads((run / "run.json").read_text())
     assert "captures/capture1/rank0.pt.trace.json.gz" in doc["files"]["captures"]
 

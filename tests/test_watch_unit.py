@@ -65,8 +65,8 @@ def test_job_slowdown_fires_once_when_the_stretch_lasts() -> None:
     for s in range(200, 240):
         job[s - 1] += 40.0
     fired = _run(_series({-1: job, 0: [], 1: []}))
-    at = _first_step_lasting(job, 200, 0.5)
-    assert 205 <= at <= 212
+    at = _first_step_lasting(job, 200, WatchOptions().min_slow_s)
+    assert 210 <= at <= 222
     assert [(t.kind, t.since_step, t.detected_at_step, t.ranks) for t in fired] == [("job_slowdown", 200, at, [])]
     assert 3.0 < fired[0].factor < 4.3 and 13.0 < fired[0].baseline_step_ms < 17.0
 
@@ -79,7 +79,7 @@ def test_one_rank_late_is_named() -> None:
     fired = _run(_series({-1: job, 0: [], 1: []}, lag))
     seen = list(job)
     seen[150 - 1] += 40.0  # the job's step 150 ends when rank 1 ends it: 40 ms later
-    at = _first_step_lasting(seen, 150, 0.5)
+    at = _first_step_lasting(seen, 150, WatchOptions().min_slow_s)
     assert [(t.kind, t.ranks, t.since_step, t.detected_at_step) for t in fired] == [("rank_late", [1], 150, at)]
     assert 3.0 < fired[0].factor < 4.3
 

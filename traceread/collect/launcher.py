@@ -306,7 +306,7 @@ def run_collect(opts: CollectOptions) -> int:
     watch = Watch(host_dir, opts.watch, opts.profiler_config(), tee.note) if collecting and opts.inject else None
 
     def capture_dump(reason: str) -> dict[str, Any]:
-        dump = dog.dump_all(reason)
+        dump = dog.dump_all(reason, signal_fallback=False)
         dumps.append({k: v for k, v in dump.items() if k != "acks"})
         return dump
     killed_for_hang = False

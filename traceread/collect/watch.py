@@ -42,7 +42,7 @@ class WatchOptions:
     enabled: bool = True
     factor: float = 1.5  # a slow step is at least this many times the baseline median
     steps: int = 5  # ... for this many steps in a stretch (one normal step in between tolerated)
-    min_slow_s: float = 0.5  # ... lasting at least this long (a sub-second load burst is no slowdown)
+    min_slow_s: float = 1.0  # ... lasting at least this long (a sub-second load burst is no slowdown)
     mads: float = 3.0  # ... and beyond median + mads × robust sigma (the run's own noise)
     window: int = 200  # steps in the rolling baseline
     min_history: int = 30  # healthy steps needed before anything is judged
@@ -53,7 +53,7 @@ class WatchOptions:
     stall_factor: float = 10.0
     max_disk_mb: float = 2048.0
     dump: bool = True
-    lead_s: float = 0.3  # time given to every rank to read the request before the capture starts
+    lead_s: float = 0.2  # time given to every rank to read the request before the capture starts
 
 
 @dataclass
@@ -336,7 +336,7 @@ class Watch:
         if self.opts.enabled:
             triggers = self.detector.evaluate()
             stall = self.detector.stall(time.time_ns())
-            if stall is not None and self._ranks_alive():  # ranks that exited: the job is ending, no stall
+            if stall is not None and self._ranks_running():  # a rank exiting: the job is ending, no stall
                 triggers.append(stall)
             for trig in triggers[:1]:
                 self._on_trigger(trig, dump)
@@ -347,8 +347,10 @@ class Watch:
             self.write_state()
             self.last_state_write = now
 
-    def _ranks_alive(self) -> bool:
-        """Every rank process of this host that described itself is still running (not a zombie)."""
+    def _ranks_running(self) -> bool:
+        """Every rank process of this host is running and none began exiting (``progress/rank{R}.exit``)."""
+        if any((self.host_dir / "progress").glob("rank*.exit")):
+            return False
         host = socket.gethostname()
         pids = [doc["pid"] for doc in (read_json(p) for p in (self.host_dir / "ranks").glob("rank*.json"))
                 if doc and doc.get("host") == host and isinstance(doc.get("pid"), int)]
@@ -370,8 +372,7 @@ class Watch:
 
     def _dump_into(self, cid: int, dump: Callable[[str], dict[str, Any]]) -> None:
         self.dumped.add(cid)
-        result = dump(f"capture{cid}")
-        stacks, fr = cap.copy_dump(self.host_dir, cid, result)
+        stacks, fr = cap.take_dump(self.host_dir, cid, dump)
         path = cap.capture_dir(self.host_dir, cid) / "trigger.json"
         trigger = read_json(path)
         if trigger is not None:

@@ -89,7 +89,7 @@ def _ranks(value: str) -> str:
 @click.option("--watch-steps", default=5, show_default=True, type=click.IntRange(1),
               help="... for this many steps in a row, one normal step in between tolerated (job-wide "
                    "slowdown, or one rank late).")
-@click.option("--watch-min-time", default=0.5, show_default=True, type=click.FloatRange(min=0.0), metavar="SECONDS",
+@click.option("--watch-min-time", default=1.0, show_default=True, type=click.FloatRange(min=0.0), metavar="SECONDS",
               help="... and the slow stretch lasts at least this long (a sub-second burst is no slowdown).")
 @click.option("--watch-mads", default=3.0, show_default=True, type=click.FloatRange(min=0.0),
               help="Noise margin: median + this many robust standard deviations (1.4826 x MAD).")

@@ -72,6 +72,13 @@ def append_step(state: Any) -> None:
         if cap.series_fd is None:  # a restarted rank process starts its series again
             cap.series_fd = os.open(state.path("progress", f"rank{state.rank}.steps"),
                                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+            try:
+                os.unlink(state.path("progress", f"rank{state.rank}.exit"))
+            except OSError:
+                pass
+            if not cap.exit_registered:  # registered after torch's own: runs before them at exit
+                atexit.register(_at_exit, state, cap)
+                cap.exit_registered = True
         os.write(cap.series_fd, f"{state.step} {time.time_ns()}\n".encode())
         cap.series_lines += 1
         if cap.series_lines >= MAX_SERIES_LINES:
@@ -283,6 +290,13 @@ def _abandon(state: Any, cap: _Capture, reason: str) -> None:
 
 
 def _at_exit(state: Any, cap: _Capture) -> None:
+    """The interpreter is exiting: say so at once (``progress/rank{R}.exit``: the seconds a job takes to
+    tear down are no stall to the watch), then drop a capture cut short."""
+    try:
+        with open(state.path("progress", f"rank{state.rank}.exit"), "w", encoding="ascii") as fh:
+            fh.write(f"{state.step} {time.time_ns()}\n")
+    except BaseException:
+        pass
     if cap.prof is not None:
         _abandon(state, cap, f"the job ended after step {state.step}, inside the capture")
     _close_series(cap)
