@@ -207,7 +207,8 @@ def make_host_dir(host_dir: Path) -> str | None:
 
 def prepare_host_dir(host_dir: Path, overwrite: bool) -> None:
     """Refuse to mix two runs in one folder; with ``overwrite`` remove what an earlier run wrote."""
-    earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log") if (host_dir / n).exists()]
+    earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log", "watch.json")
+               if (host_dir / n).exists()]
     earlier += [p for sub in SUBDIRS + OPTIONAL_SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
     if earlier and not overwrite:
         raise TraceReadError("already holds a collected run; choose a new folder or pass --overwrite",
