@@ -80,7 +80,7 @@ def snap(run_dir: Path, k: int, ranks: str | None, dump: bool, timeout: float, l
                + ", ".join(str(f) for f in folders))
     if timeout <= 0:
         return
-    expect = {h: (wanted if wanted is not None else cap.known_ranks(h)) for h in hosts}
+    expect = {h: [r for r in cap.known_ranks(h) if wanted is None or r in wanted] for h in hosts}
     deadline = time.monotonic() + timeout
     while True:
         outcomes = {h: cap.rank_outcomes(h, cid) for h in hosts}
