@@ -239,15 +239,16 @@ class Detector:
                 self.lag_streaks[r].armed = False
             self.job_streak.armed = False  # the job is slow because of them: one trigger
             out.append(Trigger("rank_late", step, since, late, med * 1e3, (med + extra) * 1e3,
-                               f"rank(s) {', '.join(map(str, late))} ended {o.steps}+ steps in a row "
-                               f"{extra * 1e3:.1f} ms later than usual relative to the earliest rank "
+                               f"rank(s) {', '.join(map(str, late))} ended {len(self.lag_streaks[late[0]].values)} steps "
+                               f"from step {since} on {extra * 1e3:.1f} ms later than usual relative to the earliest rank "
                                f"(threshold: (factor {o.factor} - 1) x median step and {o.mads} MADs of its lag)"))
         elif slow and self.job_streak.ready(o.steps, o.min_slow_s):
             values = [v for _, v in self.job_streak.values]
             observed = statistics.median(values)
             self.job_streak.armed = False
             out.append(Trigger("job_slowdown", step, self.job_streak.values[0][0], [], med * 1e3, observed * 1e3,
-                               f"{len(values)} steps in a row took {observed * 1e3:.1f} ms (median) instead of "
+                               f"{len(values)} slow steps from step {self.job_streak.values[0][0]} on took "
+                               f"{observed * 1e3:.1f} ms (median) instead of "
                                f"{med * 1e3:.1f} ms: beyond x{o.factor} and median + {o.mads} robust sigmas "
                                f"({(med + o.mads * sigma) * 1e3:.1f} ms)"))
         return out
