@@ -244,3 +244,28 @@ def test_snap_and_watch_on_an_ended_or_missing_run(tmp_path: Path) -> None:
     assert res.returncode == 2 and "has ended" in res.stderr
     res = _cli("watch", str(tmp_path))
     assert res.returncode == 0 and "the job ended (exit code 0)" in res.stdout
+
+
+def test_a_capture_dump_moves_into_its_folder_and_leaves_a_hang_dump_alone(tmp_path: Path) -> None:
+    from traceread.collect.captures import capture_dir, take_dump
+
+    for sub in ("stacks", "fr", "captures/capture2"):
+        (tmp_path / sub).mkdir(parents=True)
+    (tmp_path / "stacks" / "rank0.txt").write_text("=== traceread dump rank 0 (hang) ===\nold\n")
+    (tmp_path / "fr" / "rank0.json").write_text('{"hang": true}')
+
+    def dump(reason: str) -> dict:
+        assert reason == "capture2"
+        with open(tmp_path / "stacks" / "rank0.txt", "a") as fh:
+            fh.write("=== traceread dump rank 0 (request) ===\nnew\n")
+        (tmp_path / "fr" / "rank0.json").write_text('{"capture": true}')
+        (tmp_path / "fr" / "rank0.cpu.json").write_text("{}")
+        return {}
+
+    assert take_dump(tmp_path, 2, dump) == ("captures/capture2/stacks", "captures/capture2/fr")
+    folder = capture_dir(tmp_path, 2)
+    assert (folder / "stacks" / "rank0.txt").read_text() == "=== traceread dump rank 0 (request) ===\nnew\n"
+    assert (folder / "fr" / "rank0.json").read_text() == '{"capture": true}' and (folder / "fr" / "rank0.cpu.json").exists()
+    assert (tmp_path / "stacks" / "rank0.txt").read_text() == "=== traceread dump rank 0 (hang) ===\nold\n"
+    assert (tmp_path / "fr" / "rank0.json").read_text() == '{"hang": true}'
+    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == ["rank0.json"]

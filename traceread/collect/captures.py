@@ -217,25 +217,34 @@ def take_dump(host_dir: Path, cid: int, dump: Callable[[str], dict[str, Any]]) -
             backup = path.with_name(f".keep.{path.name}")
             path.rename(backup)
             kept.append((backup, path))
+    stacks = fr = None
     try:
         dump(f"capture{cid}")
     finally:
-        stacks = fr = None
         for path in stacks_dir.glob("rank*.txt"):
-            old = sizes.get(path.name, 0)
-            with open(path, "rb") as fh:
-                fh.seek(old)
-                data = fh.read(16 << 20)
-            if data.strip():
-                (folder / "stacks").mkdir(exist_ok=True)
-                (folder / "stacks" / path.name).write_bytes(data)
-                stacks = str((folder / "stacks").relative_to(host_dir))
-            os.truncate(path, old)  # faulthandler appends (O_APPEND): its later writes still go to the end
+            try:
+                old = sizes.get(path.name, 0)
+                with open(path, "rb") as fh:
+                    fh.seek(old)
+                    data = fh.read(16 << 20)
+                if data.strip():
+                    (folder / "stacks").mkdir(exist_ok=True)
+                    (folder / "stacks" / path.name).write_bytes(data)
+                    stacks = str((folder / "stacks").relative_to(host_dir))
+                os.truncate(path, old)  # faulthandler appends (O_APPEND): its later writes still go to the end
+            except OSError:
+                pass
         for path in fr_dir.glob("rank*"):
-            if path.is_file():
-                (folder / "fr").mkdir(exist_ok=True)
-                shutil.move(str(path), folder / "fr" / path.name)
-                fr = str((folder / "fr").relative_to(host_dir))
-        for backup, path in kept:
-            backup.rename(path)
+            try:
+                if path.is_file():
+                    (folder / "fr").mkdir(exist_ok=True)
+                    shutil.move(str(path), folder / "fr" / path.name)
+                    fr = str((folder / "fr").relative_to(host_dir))
+            except OSError:
+                pass
+        for backup, path in kept:  # a hang's or SIGUSR1's dump goes back where it was
+            try:
+                backup.rename(path)
+            except OSError:
+                pass
     return stacks, fr
