@@ -306,10 +306,8 @@ def run_collect(opts: CollectOptions) -> int:
     dumps: list[dict[str, Any]] = []
     watch = Watch(host_dir, opts.watch, opts.profiler_config(), tee.note) if collecting and opts.inject else None
 
-    def capture_dump(reason: str) -> dict[str, Any]:
-        dump = dog.dump_all(reason, signal_fallback=False)
-        dumps.append({k: v for k, v in dump.items() if k != "acks"})
-        return dump
+    def capture_dump(reason: str) -> dict[str, Any]:  # recorded in the capture's trigger.json, not in "dumps"
+        return dog.dump_all(reason, signal_fallback=False)
     killed_for_hang = False
     watchdog_broken = not collecting
     try:
