@@ -10,7 +10,8 @@ NOT_A_TRACE = "not a Kineto trace"
 NON_TRACE_FILES = frozenset(
     {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json"}
 )
-NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress"})
+NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress",
+                            "captures"})  # the watch's captures: read on purpose (docs/watch.md), not as the window
 
 
 def is_trace_name(name: str) -> bool:
