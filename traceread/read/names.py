@@ -8,7 +8,7 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 NOT_A_TRACE = "not a Kineto trace"
 #: Files in a run folder that are not traces (by name) and folders whose JSON is not traces.
 NON_TRACE_FILES = frozenset(
-    {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json"}
+    {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json", "watch.json"}
 )
 NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress",
                             "captures"})  # the watch's captures: read on purpose (docs/watch.md), not as the window
