@@ -89,6 +89,16 @@ def test_the_issue_scenario_rank1_input_pipeline_slow_in_steps_200_to_239(tmp_pa
     assert not list((run / "fr").glob("rank*")) and not list((run / "stacks").glob("rank*"))
     doc = json.loads((run / "run.json").read_text())
     assert "captures/capture1/rank0.pt.trace.json.gz" in doc["files"]["captures"]
+    # the capture's traces say why: rank 1, ~40 ms per step, host-side; the others waited in the all-reduce
+    from traceread.assemble.report import ReportOptions, build_report
+
+    rep = build_report([run / "captures" / "capture1"], ReportOptions(use_cache=False))
+    top = rep["stragglers"][0] if rep["stragglers"] else None
+    assert top is not None and top["rank"] == 1 and top["cause"] == "host", (rep["stragglers"], rep["warnings"])
+    assert 0.75 * 40_000 <= top["blame_us_per_step"] <= 1.25 * 40_000, top
+    assert not rep.get("hang"), rep.get("hang")  # its Flight Recorder dump was taken while the job ran: no hang
+    base = build_report([run], ReportOptions(use_cache=False))  # RUN alone: the default window, as before
+    assert sorted({s["step"] for e in base["ranks"] for s in e["steps"]}) == list(range(8, 18))
 
 
 def test_one_rank_late_is_named_and_its_slow_steps_recorded(tmp_path: Path) -> None:

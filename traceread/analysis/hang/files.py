@@ -136,7 +136,7 @@ def decode_json(data: bytes, path: str | Path) -> Any:
 
 def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX_WALK_DEPTH) -> Iterator[Path]:
     """Regular files under ``root`` (itself when it is a file), sorted per folder, hidden folders,
-    symlinked folders and ``captures`` folders skipped."""
+    symlinked folders, ``captures`` folders and the sub-folders of a capture (``trigger.json``) skipped."""
     r = Path(root)
     if regular(r):
         yield r
@@ -151,8 +151,10 @@ def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX
 
     for folder, dirs, files in os.walk(r, followlinks=False, onerror=onerror):
         depth = len(Path(folder).parts) - base
-        # RUN/captures/: dumps taken while the job ran (the watch, `snap --dump`) are no hang evidence
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < max_depth and d != "captures")
+        # RUN/captures/: dumps taken while the job ran (the watch, `snap --dump`) are no hang evidence,
+        # also when a capture folder itself (it holds trigger.json) is the root
+        dirs[:] = [] if "trigger.json" in files else sorted(
+            d for d in dirs if not d.startswith(".") and depth < max_depth and d != "captures")
         for name in sorted(files):
             f = Path(folder) / name
             if not regular(f):
