@@ -159,7 +159,7 @@ def test_a_healthy_run_beside_a_cpu_hog_takes_no_capture(tmp_path: Path) -> None
 
     The hog also measures the machine: it counts its own loop iterations per 50 ms. A shared machine (CI
     runs two test workers) may really slow the job down when a neighbour starts; a capture is allowed
-    only where the hog itself slowed down by 1.3x or more at the same time (the whole machine was slower,
+    only where the hog itself slowed down by 1.15x or more at the same time (the whole machine was slower,
     which is a real slowdown of the job, not a false trigger)."""
     hog_file = tmp_path / "hog.txt"
     hog = subprocess.Popen([sys.executable, "-c", HOG, str(hog_file)])
@@ -175,7 +175,7 @@ def test_a_healthy_run_beside_a_cpu_hog_takes_no_capture(tmp_path: Path) -> None
     whole = _hog_rate(hog_file, min(ends.values()), max(ends.values()))
     for trig in _captures(run):
         during = _hog_rate(hog_file, ends[trig["since_step"] - 1], ends[trig["detected_at_step"]])
-        assert during * 1.3 <= whole, (f"capture {trig['id']} without the machine slowing down: hog at "
+        assert during * 1.15 <= whole, (f"capture {trig['id']} without the machine slowing down: hog at "
                                        f"{during:.0f}/s vs {whole:.0f}/s over the run", trig, res.stderr[-2000:])
 
 
