@@ -43,3 +43,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SHARED_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.shared)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The order's seed last, where a failure is read (``-q`` hides pytest-randomly's own header line):
+    the one argument that repeats this order, in random order since order dependence is a bug."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("randomly"):
+        return
+    seed = config.getoption("randomly_seed", None)
+    if isinstance(seed, int):
+        terminalreporter.write_line(f"random test order: --randomly-seed={seed} repeats it, -p no:randomly turns it off")

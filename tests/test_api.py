@@ -69,7 +69,7 @@ def test_outputs(rep: traceread.Report, tmp_path: Path) -> None:
     for p in written:
         assert p.read_bytes() == (tmp_path / "cli-csv" / p.name).read_bytes()
     assert rep.to_text(width=80).startswith("traceread report — ")
-    assert "ANSWER:" in repr(rep) and "<b>Answer:</b>" in rep._repr_html_()
+    assert "ANSWER:" in repr(rep) and "<strong>Answer:</strong>" in rep._repr_html_()
 
 
 def test_options_and_errors(tmp_path: Path) -> None:

@@ -156,22 +156,28 @@ def test_quiet_verbose_and_colour(tmp_path: Path) -> None:
     assert "\x1b[" not in tr("diff", str(DDP), str(DDP), "--no-color").stdout
 
 
+def _wait_for_file(path: Path, guard_s: float = 120.0) -> None:
+    """Until ``path`` exists (the rendezvous); ``guard_s`` only stops a broken run from hanging."""
+    import time
+
+    give_up = time.monotonic() + guard_s
+    while not path.exists():
+        assert time.monotonic() < give_up, f"{path} never appeared"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_open_starts_the_default_browser_on_the_page(tmp_path: Path) -> None:
     """$BROWSER is what Python's webbrowser (and so --open) starts: a script records what it got."""
     seen = tmp_path / "seen.txt"
     browser = tmp_path / "browser.sh"
-    browser.write_text(f'#!/bin/sh\necho "$1" > {seen}\n')
+    # written whole, then renamed: the file exists only once it says everything (no half-written read)
+    browser.write_text(f'#!/bin/sh\necho "$1" > {seen}.part && mv {seen}.part {seen}\n')
     browser.chmod(0o755)
     page = tmp_path / "r.html"
     res = tr("report", str(DDP), "-o", str(page), "--open", "-q", env={"BROWSER": f"{browser} %s"})
     assert res.returncode == 0, res.stderr
-    for _ in range(50):
-        if seen.exists():
-            break
-        import time
-
-        time.sleep(0.1)
+    _wait_for_file(seen)  # Python's webbrowser waits for a $BROWSER command, but a platform may not
     assert seen.read_text().strip() == page.resolve().as_uri()
     res = tr("report", str(DDP), "--format", "json", "-o", "-", "--open")
     assert res.returncode == 2 and "--open" in res.stderr

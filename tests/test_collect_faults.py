@@ -60,7 +60,8 @@ def watch_descendants(proc: subprocess.Popen, seen: dict[int, psutil.Process]) -
         pass
 
 
-def wait_for(cond, proc: subprocess.Popen, seen: dict[int, psutil.Process], timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(cond, proc: subprocess.Popen, seen: dict[int, psutil.Process], timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]
+    """Until ``cond()`` (a rendezvous on what the job writes); ``timeout`` is a hang guard only."""
     deadline = time.monotonic() + timeout
     while not cond():
         watch_descendants(proc, seen)
@@ -70,7 +71,8 @@ def wait_for(cond, proc: subprocess.Popen, seen: dict[int, psutil.Process], time
     watch_descendants(proc, seen)
 
 
-def assert_no_orphans(seen: dict[int, psutil.Process], grace: float = 20.0) -> None:
+def assert_no_orphans(seen: dict[int, psutil.Process], grace: float = 60.0) -> None:
+    """Every process seen is gone; ``grace`` bounds the wait (a hang guard: they end at once or never)."""
     deadline = time.monotonic() + grace
     alive = list(seen.values())
     while alive and time.monotonic() < deadline:

@@ -83,6 +83,19 @@ def test_per_host_layout_folder(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ bootstrap
 
 
+#: Hang guards only: how long a rendezvous below may wait before the test fails instead of hanging.
+#: A working run never waits this long; a slow one waits longer than usual and still passes.
+GUARD_S = 120.0
+
+
+def until(cond, what: str, guard_s: float = GUARD_S) -> None:  # type: ignore[no-untyped-def]
+    """Wait until ``cond()`` holds (a rendezvous on something the process under test writes)."""
+    give_up = time.monotonic() + guard_s
+    while not cond():
+        assert time.monotonic() < give_up, f"never happened: {what}"
+        time.sleep(0.05)
+
+
 def _run_python(code: str, env_extra: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEREAD_", "RANK", "LOCAL_RANK"))}
     env.update(env_extra)
@@ -118,6 +131,26 @@ def test_bootstrap_chains_existing_sitecustomize_and_acts_only_in_ranks(tmp_path
     assert any(c["label"] == "exit" for c in info["clock"])
 
 
+def test_stack_signal_asked_for_while_the_rank_exits_does_not_kill_it(tmp_path: Path) -> None:
+    """The launcher's C-level stack fallback (a real-time signal) may reach a rank that is already
+    shutting down, after faulthandler let go of the signal (a slow exit past the hang timeout): the
+    signal is then ignored, not the default action that ended the job (exit -64). A program exec'd by
+    the rank still starts with the signal's default action, so its own free-signal choice is unchanged."""
+    run = tmp_path / "run"
+    env, _ = collect_env(run, {}, {}, 999999)
+    code = ("import faulthandler, os, signal, subprocess, sys\n"
+            "child = 'import signal; print(signal.getsignal(signal.SIGRTMAX) == signal.SIG_DFL)'\n"
+            "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout.strip())\n"
+            "faulthandler.unregister(signal.SIGRTMAX)  # what interpreter shutdown does\n"
+            "os.kill(os.getpid(), signal.SIGRTMAX)  # the fallback asked for at that moment\n"
+            "print('still running')\n")
+    out = _run_python(code, {k: env[k] for k in ("PYTHONPATH", "TRACEREAD_RUN_DIR", "TRACEREAD_CONFIG")}
+                      | {"RANK": "0"}, tmp_path)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split("\n")[:2] == ["True", "still running"], out.stdout
+    assert read_json(run / "ranks" / "rank0.json")["stack_signal"] == signal.SIGRTMAX  # the fallback was armed
+
+
 def test_bootstrap_skips_torchrun_agent_and_rank_children(tmp_path: Path) -> None:
     run = tmp_path / "run"
     env, _ = collect_env(run, {}, {}, 999999)
@@ -146,13 +179,12 @@ def test_bootstrap_dump_while_main_thread_blocked(tmp_path: Path) -> None:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEREAD_")}
     child_env.update({k: env[k] for k in ("PYTHONPATH", "TRACEREAD_RUN_DIR", "TRACEREAD_CONFIG")} | {"RANK": "0"})
     script = tmp_path / "blocked.py"
-    script.write_text("import time\n\ndef waiting_forever():\n    time.sleep(60)\n\nwaiting_forever()\n")
+    script.write_text("import time\n\ndef waiting_forever():\n    time.sleep(3600)\n\nwaiting_forever()\n")
     proc = subprocess.Popen([PY, str(script)], env=child_env)
     try:
-        dog = Watchdog(run, grace_s=10)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not dog.local_ranks().get(0, {}).get("dump_trigger"):
-            time.sleep(0.05)  # the rank file is rewritten once its handlers are in place
+        dog = Watchdog(run, grace_s=GUARD_S)  # dump_all returns as soon as the rank answers
+        # the rank file is rewritten once its handlers are in place
+        until(lambda: dog.local_ranks().get(0, {}).get("dump_trigger"), "the rank's dump trigger")
         dump = dog.dump_all("test")
         assert dump["answered_ranks"] == [0]
         stacks = (run / "stacks" / "rank0.txt").read_text()
@@ -181,12 +213,14 @@ def test_gil_held_rank_gets_c_level_stacks_on_a_free_realtime_signal(tmp_path: P
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         busy = psutil.Process(proc.pid)
         start = busy.cpu_times().user
-        deadline = time.monotonic() + 30
-        while busy.cpu_times().user < start + 0.3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # spinning inside sum(): the GIL is held from here on
-        dump = Watchdog(run, grace_s=1.0).dump_all("test")
+        # 0.3 s of CPU (not of wall time) since 'ready': only sum() runs after it, so the GIL is held from
+        # here on however slowly the machine gets there
+        until(lambda: busy.cpu_times().user >= start + 0.3, "0.3 s of CPU in sum()")
+        dump = Watchdog(run, grace_s=1.0).dump_all("test")  # the rank cannot answer: the wait is a choice
         assert dump["asked_ranks"] == [0] and dump["answered_ranks"] == [] and dump["stack_fallback_ranks"] == [0]
-        assert 'gil.py", line 3 in holding_the_gil' in (run / "stacks" / "rank0.txt").read_text()
+        stacks = run / "stacks" / "rank0.txt"  # faulthandler writes it in the signal handler, when it runs
+        until(lambda: stacks.exists() and 'gil.py", line 3 in holding_the_gil' in stacks.read_text(),
+              "the C-level stack in stacks/rank0.txt")
         assert proc.poll() is None  # the signal dumped stacks; it did not end the job
     finally:
         proc.kill()
@@ -239,35 +273,16 @@ def test_watchdog_startup_timeout(tmp_path: Path) -> None:
 
 
 def test_nccl_pipes_get_one_byte_and_dead_pipes_are_skipped(tmp_path: Path) -> None:
-    import threading
-
     from traceread.collect.watchdog import poke_nccl_pipes
 
     os.mkfifo(tmp_path / "pipe_rank0.pipe")
     os.mkfifo(tmp_path / "pipe_rank1.pipe")  # no reader: like a rank that exited
-    got: list[bytes] = []
-    opened = threading.Event()
-
-    def reader() -> None:
-        fd = os.open(tmp_path / "pipe_rank0.pipe", os.O_RDONLY | os.O_NONBLOCK)
-        opened.set()
-        deadline = time.monotonic() + 10
-        while not got and time.monotonic() < deadline:
-            try:
-                data = os.read(fd, 16)
-                if data:
-                    got.append(data)
-            except BlockingIOError:
-                pass
-            time.sleep(0.01)
+    fd = os.open(tmp_path / "pipe_rank0.pipe", os.O_RDONLY | os.O_NONBLOCK)  # the reader, open before the poke
+    try:
+        assert poke_nccl_pipes(tmp_path) == ["pipe_rank0.pipe"]
+        assert os.read(fd, 16) == b"1"  # written before poke_nccl_pipes returned: in the pipe now
+    finally:
         os.close(fd)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    opened.wait(5)
-    assert poke_nccl_pipes(tmp_path) == ["pipe_rank0.pipe"]
-    t.join(10)
-    assert got == [b"1"]
 
 
 # --------------------------------------------------------------------------------------------- runinfo
@@ -326,7 +341,7 @@ def test_launcher_child_killed_by_signal(tmp_path: Path) -> None:
 def test_cli_forwards_sigterm_and_returns_child_code(tmp_path: Path) -> None:
     child = ("import signal, sys, time\n"
              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
-             "print('ready', flush=True)\ntime.sleep(60)\n")
+             "print('ready', flush=True)\ntime.sleep(3600)\n")
     proc = subprocess.Popen([PY, "-m", "traceread.cli", "collect", "-o", str(tmp_path / "run"), "--", PY, "-c", child],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
@@ -411,7 +426,7 @@ def test_refuses_to_mix_runs_unless_overwrite(tmp_path: Path) -> None:
 def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
     """``kill -USR1 <traceread>``: the (single, rank 0) job dumps its stacks and goes on running."""
     script = tmp_path / "job.py"
-    script.write_text("import time\n\ndef busy_waiting():\n    print('ready', flush=True)\n    time.sleep(60)\n\n"
+    script.write_text("import time\n\ndef busy_waiting():\n    print('ready', flush=True)\n    time.sleep(3600)\n\n"
                       "busy_waiting()\n")
     run = tmp_path / "run"
     proc = subprocess.Popen([PY, "-m", "traceread.cli", "collect", "-o", str(run), "--", PY, str(script)],
@@ -419,9 +434,7 @@ def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (run / "inject" / "rank0.ack").exists():
-            time.sleep(0.05)
+        until((run / "inject" / "rank0.ack").exists, "the rank's ack")  # written after its stacks
         assert read_json(run / "inject" / "rank0.ack")["reason"] == "request"
         assert 'job.py", line 5 in busy_waiting' in (run / "stacks" / "rank0.txt").read_text()
         assert proc.poll() is None  # dump only: the job keeps running
@@ -437,23 +450,33 @@ def test_sigusr1_to_launcher_dumps_every_rank(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_on_hang_dump_keeps_the_job_running(tmp_path: Path) -> None:
-    """A job that stops stepping for a while: hang.json + stacks, and the job still finishes (exit 0)."""
+    """A job that stops stepping for a while: hang.json + stacks, and the job goes on stepping and
+    finishes (exit 0). Each pause lasts until the rank has answered that hang's dump (its ack file
+    names the step it was at), not a fixed time: the dump always finds it there, however slow the
+    machine. The job pauses again after its last step, so a slow exit is part of that second stall,
+    already dumped, and never a stall of its own."""
     needs.module("torch")
     script = tmp_path / "train.py"
+    run = tmp_path / "run"
     script.write_text(
-        "import time, torch\n"
+        "import json, os, time, torch\n"
+        f"ACK, GIVE_UP = {str(run / 'inject' / 'rank0.ack')!r}, time.monotonic() + {GUARD_S}\n"
+        "def dumped_at(step):\n"
+        "    return os.path.exists(ACK) and json.load(open(ACK))['step'] == step\n"
+        "def slow_checkpoint(step):\n"
+        "    while not dumped_at(step) and time.monotonic() < GIVE_UP: time.sleep(0.05)\n"
         "m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "def slow_checkpoint():\n"
-        "    time.sleep(5)\n"
         "for step in range(6):\n"
         "    m(torch.randn(2, 4)).sum().backward(); opt.step()\n"
-        "    if step == 2:\n"
-        "        slow_checkpoint()\n")
-    run = tmp_path / "run"
+        "    if step in (2, 5):\n"
+        "        slow_checkpoint(step + 1)\n")
     assert run_collect(_opts(run, [PY, str(script)], hang_timeout_s=2.5, profile=False)) == 0
-    hang = read_json(run / "hang.json")
-    assert hang["action"] == "dump" and hang["answered_ranks"] == [0] and hang["last_step_per_rank"] == {"0": 3}
-    assert 'train.py", line 4 in slow_checkpoint' in (run / "stacks" / "rank0.txt").read_text()
+    hang = read_json(run / "hang.json")  # the latest hang: the pause after the last step
+    assert hang["action"] == "dump" and hang["answered_ranks"] == [0] and hang["last_step_per_rank"] == {"0": 6}
+    stacks = (run / "stacks" / "rank0.txt").read_text()
+    assert stacks.count('train.py", line 6 in slow_checkpoint') == 2, stacks
     doc = read_json(run / "run.json")
-    assert doc["exit_code"] == 0 and doc["ranks"]["0"]["steps"] == 6 and len(doc["dumps"]) == 1
+    assert [d["answered_ranks"] for d in doc["dumps"]] == [[0], [0]], doc["dumps"]
+    doc = read_json(run / "run.json")
+    assert doc["exit_code"] == 0 and doc["ranks"]["0"]["steps"] == 6
     assert doc["ranks"]["0"]["env"]["TORCHELASTIC_ERROR_FILE"] == str(run.resolve() / "errors" / "rank0.json")

@@ -21,6 +21,9 @@ from traceread.analysis.ledger.rank import USEFUL
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "ddp": ("ddp", {"ranks": 2, "steps": 3}),
     "ddp_straggler": ("ddp", {"ranks": 4, "steps": 3, "stragglers": [(2, 3000.0, "gpu")]}),
+    # host work inside recorded spans (issue 36): splitting host time by span leaves every category exact
+    "ddp_host_spans": ("ddp", {"ranks": 2, "steps": 3, "host_spans": [(1, -1, "loader", 3000.0), (0, 11, "checkpoint", 9000.0),
+                                                                      (0, -1, "sync", 300.0), (1, 12, "bare", 400.0)]}),
     "ddp_fsdp_comm": ("ddp", {"ranks": 4, "steps": 2, "comm": "fsdp"}),
     "tp": ("tp", {"ranks": 4, "steps": 2}),
     "pp_1f1b": ("pp", {"ranks": 4, "steps": 2, "stage_factors": [1.0, 1.3, 1.0, 0.8]}),

@@ -250,8 +250,20 @@ def test_ib_plugin_says_no_gpudirect(tmp_path: Path) -> None:
     s = parse_nccl_logs([_write(tmp_path, lines)])
     assert s["plugin"]["kind"] == "ib" and s["plugin"]["gdr"] is False and s["plugin"]["nics"] == 1
     d = _diags(s)["no_gdrdma"]
-    assert "the NIC driver reports no GPUDirect support" in d["message"] and "nvidia-peermem" in d["suggestion"]
+    assert "NCCL found no GPUDirect kernel module" in d["message"] and "nvidia-peermem" in d["suggestion"]
     assert d["evidence"][0].endswith("GPU Direct RDMA Disabled for HCA 0 'mlx5_0'")
+
+
+def test_old_nccl_does_not_see_nvidia_peermem(tmp_path: Path) -> None:
+    """NCCL <= 2.22 (src/transport/net_ib.cc ncclIbGdrSupport) checks only /sys/kernel/mm/memory_peers/nv_mem*;
+    2.23 added /sys/module/nvidia_peermem (nccl#1676): an old NCCL turns GPUDirect RDMA off with the module loaded."""
+    lines = ["h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+             "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"]
+    d = _diags(parse_nccl_logs([_write(tmp_path, lines)]))["no_gdrdma"]
+    assert "NCCL <= 2.22 looks only for the old nv_peer_mem module" in d["message"]
+    assert "this log's NCCL is 2.21.5+cuda12.4" in d["message"] and "NCCL version 2.21.5" in d["evidence"][1]
+    new = _diags(parse_nccl_logs([_write(tmp_path, [lines[0].replace("2.21.5", "2.23.4"), lines[1]])]))["no_gdrdma"]
+    assert "nvidia-peermem not loaded" in new["message"] and "<= 2.22 looks" not in new["message"]
 
 
 def test_gdr_disabled_on_a_capable_instance_is_an_error(tmp_path: Path) -> None:

@@ -313,7 +313,7 @@ def test_ledger_json_shape_and_agreement_with_the_breakdown(case: str, ledger_ru
                     assert led.get(key) == loc.get(key)
             assert _waits(led) == pytest.approx(_waits(loc), abs=1e-6)
     job = truth["ledger"]
-    assert set(job) == {"step", "step_us", "critical_rank", "parts"}
+    assert set(job) == {"step", "step_us", "critical_rank", "parts", "spans"}  # spans: host time by covering span
     assert job == truth["ledger_by_step"][str(job["step"])]
     assert sum(p["us"] for p in job["parts"]) == pytest.approx(job["step_us"], abs=1e-6)
     for p in job["parts"]:

@@ -189,11 +189,48 @@ class Report:
         return f"<traceread.Report {self.headline}\n  ANSWER: {self.answer}>"
 
     def _repr_html_(self) -> str:
-        from html import escape
+        """What a notebook cell shows: the answer, the step ledger as a bar, the findings (the page's
+        own templates; nothing loaded from outside)."""
+        from traceread.render.notebook import notebook_html
 
-        change = self.change
-        return (f"<div><b>traceread report</b> — {escape(self.headline)}<br><b>Answer:</b> {escape(self.answer)}"
-                + (f"<br><b>Change:</b> {escape(change)}" if change else "") + "</div>")
+        return notebook_html(self.document)  # type: ignore[arg-type]
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        """The page's charts that have data, as plotly Figures by name (``rep.figures["ledger"]``)."""
+        from traceread.render.notebook import figures
+
+        return figures(self.document)  # type: ignore[arg-type]
+
+    def finding(self, which: int | str) -> dict[str, Any]:
+        """One finding: by its place in :attr:`findings` (0 = the answer) or by id (the first of that id)."""
+        found = list(self.document.get("findings") or [])
+        if isinstance(which, int):
+            if not -len(found) <= which < len(found):
+                raise IndexError(f"finding {which}: the report has {len(found)} finding(s)")
+            return found[which]
+        for f in found:
+            if f.get("id") == which:
+                return f
+        raise KeyError(f"no finding {which!r}; findings: {', '.join(str(f.get('id')) for f in found) or 'none'}")
+
+    def explain(self, which: int | str | dict[str, Any] = 0) -> str:
+        """A finding in words: what it costs, why (explanation), the evidence, what to change."""
+        f = which if isinstance(which, dict) else self.finding(which)
+        lines = [str(f.get("title") or f.get("id"))]
+        if f.get("impact_us_per_step"):
+            from traceread.fmt import ms
+
+            pct = f.get("impact_pct")
+            lines.append(f"Costs {ms(f['impact_us_per_step'])} per step" + (f" ({pct:.1f}% of the step)" if pct else "")
+                         + (f"; predicted saving {ms(f['predicted_saving_us'])}" if f.get("predicted_saving_us") else ""))
+        if f.get("explanation"):
+            lines += ["", str(f["explanation"])]
+        if f.get("evidence"):
+            lines += ["", "Evidence:"] + [f"  - {e}" for e in f["evidence"]]
+        if f.get("suggestions"):
+            lines += ["", "What to change:"] + [f"  - {e}" for e in f["suggestions"]]
+        return "\n".join(lines)
 
 
 def options(**kw: Any) -> ReportOptions:

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("traceread.commands.export", "export",
                "Merge every rank into one Perfetto timeline on one clock, findings marked."),
     "cache": ("traceread.commands.cache", "cache", "Show or clear the parse/summary/document cache (size-bounded)."),
+    "mcp": ("traceread.commands.mcp", "mcp", "Serve traceread's tools to an agent (Model Context Protocol, stdio)."),
 }
 
 

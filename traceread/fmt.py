@@ -161,3 +161,30 @@ def export_command(report: Any) -> str:
 
     paths = " ".join(shlex.quote(p) for p in (report.get("source") or {}).get("paths") or ["RUN"])
     return f"traceread export {paths} -o timeline.json.gz"
+
+
+#: The step number of a trace without ``ProfilerStep#`` markers: one window spans the whole trace
+#: (``analysis/time/steps.py`` numbers it so that it is never mistaken for a real ``ProfilerStep#0``).
+NO_MARKER_STEP = -1
+#: How that window is written wherever a step would be named.
+WHOLE_TRACE = "the whole trace (no step markers)"
+
+
+def step_name(step: object, median: bool = False) -> str:
+    """"step 12" / "median step 12", or "the whole trace (no step markers)" — never "step -1"."""
+    if step == NO_MARKER_STEP:
+        return WHOLE_TRACE
+    return f"{'median step' if median else 'step'} {step}"
+
+
+def whole_trace(report: Any) -> bool:
+    """True when the document's only step is the whole trace (no step markers)."""
+    if not isinstance(report, dict):
+        return False
+    led = report.get("ledger") or {}
+    w = led.get("window") or {}
+    if w:
+        return w.get("median_step") == NO_MARKER_STEP and int(w.get("steps") or 0) == 1
+    if led:
+        return led.get("step") == NO_MARKER_STEP
+    return {s.get("step") for r in report.get("ranks") or [] for s in r.get("steps") or []} == {NO_MARKER_STEP}

@@ -71,6 +71,9 @@ class RankEntry(TypedDict, total=False):
     cpu: dict[str, Any] | None  # CPU-only traces: {"compute_us", "comm_us", "idle_us", "threads": [...]}
     dropped_partial_step: int | None
     ledger: RankLedger  # this rank's step ledger (GPU ranks only)
+    # named host spans (data loader, optimizer step, syncs, checkpoint, GC, user annotations) inside the
+    # rank's steps: [{name, family, us_per_step, count}] (analysis/time/host_spans.py)
+    host_spans: list[dict[str, Any]]
 
 
 class CollectiveEntry(TypedDict, total=False):
@@ -154,6 +157,7 @@ class HangGroup(TypedDict, total=False):
     first: bool  # the group's first collective not completed by every member
     mismatch: list[str]
     note: str | None  # e.g. "every member is in it and none completes"
+    done: list[int]  # members that completed it already (issue 37, additive): past it, never "in it"
 
 
 class HangCulprit(TypedDict, total=False):
@@ -176,6 +180,42 @@ class HangCulprit(TypedDict, total=False):
     evidence: list[str]
 
 
+class FailureRank(TypedDict, total=False):
+    """One rank's end (docs/hang-and-nccl.md, "Why the job stopped")."""
+
+    rank: int
+    attempt: int  # torchrun attempt (TORCHELASTIC_RESTART_COUNT)
+    family: str  # cuda_illegal_access | cuda_error | oom | nccl_error | killed | segfault | abort | fatal_signal
+    # | python_error | exit_code, or an echo: peer_gone | comm_aborted | watchdog_timeout | terminated
+    echo: bool  # an echo of another rank's failure (never named as the cause)
+    message: str
+    exception: str | None
+    where: str | None  # "train.py:32 in fail": the innermost frame outside libraries
+    traceback: list[str]
+    host: str | None
+    time_ns: int | None
+    time_from: str  # which evidence gave the time (error file (ns), crash dump written, last step, ...)
+    step: int | None  # optimizer steps the rank had completed when it failed
+    exit_code: int | None
+    signal: str | None
+    sources: list[str]
+    next_step: str | None
+
+
+class FailureEntry(TypedDict, total=False):
+    """Why the job stopped (issue 37, additive): the first failure by time, its echoes, the attempts."""
+
+    summary: str
+    lines: list[str]
+    first: FailureRank | None  # None when every error is an echo (then the hang diagnosis has the cause)
+    consequences: list[FailureRank]
+    others: list[FailureRank]  # later failures of their own
+    attempts: list[dict[str, Any]]  # attempt, folder, started_ns, last_step_ns, steps, ended_by, steps_lost, time_lost_s
+    attempt: int  # the attempt the answer is about (the last one that failed)
+    exit_code: int | None
+    problems: list[str]
+
+
 class HangEntry(TypedDict, total=False):
     pg: str
     seq: int | None  # None when only stacks or debug messages are available
@@ -191,6 +231,7 @@ class HangEntry(TypedDict, total=False):
     culprits: list[HangCulprit]
     groups: list[HangGroup]
     dumps: str  # "Flight Recorder: 16 dumps of 8 ranks read (pickle 8, JSON 8); no dump from rank 5"
+    failure: FailureEntry  # ``traceread hang`` only, when the job failed (issue 37): why it stopped leads
 
 
 #: Every category of the step ledger, in display order (compute first, idle last; docs/ledger.md).
@@ -227,6 +268,10 @@ class WindowLedger(TypedDict, total=False):
     # collectives with a member whose trace is missing, after every present member arrived:
     # {rank (the missing one), role, us, instances, present_spread_us, after_us, present (fewest members read)}
     blind: list[dict[str, Any]]
+    # host time by the recorded span covering it: {category, role, rank, family, span, us}; a part's time
+    # no span covers is the part less its spans (docs/ledger.md: which span covers host time). Also in
+    # by_step[].spans; late[].spans: the late rank's host time per span above the others' median.
+    spans: list[dict[str, Any]]
 
 
 class Ledger(TypedDict, total=False):
@@ -276,6 +321,7 @@ class Finding(TypedDict, total=False):
     predicted_saving_us: float  # what-if saving per step of the suggested change, never above the impact
     impact_us_total: float  # the share of the whole window (impact_us_per_step x steps)
     steps: list[int]  # slow_steps: the steps it covers
+    recovered: bool  # failure: the failed attempt was restarted and a later one ran to the end (issue 37)
 
 
 class LayoutGroup(TypedDict):
@@ -298,13 +344,22 @@ class Layout(TypedDict):
     node_source: str | None  # where the nodes came from: run.json | NCCL log | device index | None
 
 
-class Workload(TypedDict):
+class _WorkloadCore(TypedDict):
     """What the job was doing (traceread.analysis.time.iterations, docs/layout.md)."""
 
     kind: str  # training | serving | inference | unknown
     engine: str | None  # vllm | sglang | trtllm | ... when an inference engine is seen
     evidence: str
     iterations: dict[str, int]  # serving: engine iterations used as steps, by kind (prefill, decode, mixed, idle)
+
+
+class Workload(_WorkloadCore, total=False):
+    """What the job was doing; extras (absent in older documents): the training framework the trace
+    shows (analysis/time/frameworks.py) and what showed it; gradient accumulation: batches per step."""
+
+    framework: str | None
+    framework_evidence: str | None
+    micro_steps: int | None
 
 
 class NcclSummary(TypedDict, total=False):
@@ -351,7 +406,15 @@ class NcclSummary(TypedDict, total=False):
     torch_messages: list[dict[str, Any]]
     nccl_tests_busbw_gbps: float | None
     evidence: dict[str, list[str]]  # topic -> the first lines quoted ("file:line: text"), what diagnoses cite
-    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion
+    diagnoses: list[dict[str, Any]]  # id, severity (error|warning|info), message, evidence, suggestion; from the
+    #   failure catalogue also family, confidence, subsystem, first_line (and secondary)
+    problems: list[dict[str, Any]]  # every line that says something is wrong, in order (at most 400): kind
+    #   (warn|return|test|torch|timeout|libfabric), file, line, text, src, code (ncclResult_t), host, quote
+    problems_total: int
+    versions_by_host: dict[str, str]  # host (or file, unprefixed) -> the NCCL version it printed
+    plugin_by_host: dict[str, str]  # host -> "no external plugin" | "an external plugin (libnccl-net)"
+    interfaces_seen: list[str]  # NCCL <= 2.3's "NET : Using interface name:addr" lines
+    unread: dict[str, Any]  # count, first: lines that name NCCL but could not be read
     inspector: dict[str, Any] | None  # NCCL Inspector files: files, records, p2p_records, bad_lines, truncated,
     #   format_versions, comms [{comm_id, comm_name, nranks, nnodes, ranks_seen, hosts, peak_gbps, peak_link,
     #   collectives [{coll, msg_bytes, count, median_transfer_us, median_busbw_gbs, best_busbw_gbs, wait_us,
@@ -429,6 +492,7 @@ class Report(TypedDict, total=False):
     pipeline: PipelineEntry | None
     slow_steps: list[SlowStepEntry]
     hang: HangEntry | None
+    failure: FailureEntry  # only when the job failed (a crash, a non-zero exit); leads the findings
     findings: list[Finding]
     layout: Layout | None  # process groups' roles and the parallel degrees (None when no rank was read)
     workload: Workload | None  # training, serving or inference (None when no rank was read)

@@ -390,3 +390,36 @@ def _host_advice(share: float) -> tuple[str, float | None]:
             "mode='reduce-overhead') remove per-kernel launch cost; torch.compile fuses small kernels; more data "
             "loader workers with pin_memory=True keep the input ready; avoid .item()/.cpu() inside the step. "
             f"Up to {ms(share)} per step is recoverable.", None)
+
+
+#: What to change when host time was inside a span of this family (analysis/time/host_spans.py).
+SPAN_ADVICE: dict[str, str] = {
+    "data_loading": ("Feed the step from background workers: DataLoader(num_workers>0, prefetch_factor, "
+                     "persistent_workers=True, pin_memory=True); then see where the time goes inside the dataset's "
+                     "__getitem__ and collate_fn (record them with with_stack=True, or time them alone) — decoding, "
+                     "tokenising or reading files on one rank stops every rank at the next collective."),
+    "sync": ("Each .item()/.cpu()/print of a GPU tensor waits for the GPU: log fewer scalars (every N steps), keep "
+             "running sums on the GPU and read them once, and avoid data-dependent shapes (nonzero, boolean masks) "
+             "inside the step."),
+    "checkpoint": ("Take saving off the critical rank's step: asynchronous checkpointing "
+                   "(torch.distributed.checkpoint.async_save) or sharded saves from every rank, less often, and "
+                   "never from one rank while the others wait for it at the next collective."),
+    "gc": ("Keep Python's garbage collector out of the step: gc.freeze() after start-up (model and optimizer built), "
+           "then gc.disable() and gc.collect() at a fixed step interval on every rank together."),
+    "optimizer": ("Use the fused or foreach optimizer (torch.optim.AdamW(fused=True)) and keep host work (gradient "
+                  "clipping norms read with .item(), learning-rate logic) out of it."),
+    "logging": "Log less often (every N steps) and without reading GPU tensors on the host inside the step.",
+    "evaluation": "Run evaluation less often, or on fewer batches, or outside the timed training steps.",
+    "framework_step": ("The time is in the framework's own hook: see which callback or hook runs there "
+                       "(its spans in the timeline, traceread export) and move its host work off the step."),
+    "annotation": ("The time is inside your own annotated region: profile that code alone (with_stack=True) and "
+                   "move its host work off the step or onto a background thread."),
+    "python": "The time is in that Python function: profile it (py-spy, with_stack=True) and take it off the step.",
+    "operator": ("An operator ran on the CPU while the GPU waited: move that work onto the GPU or ahead of the step "
+                 "(prefetch), or make it cheaper."),
+}
+
+
+def span_advice(family: str | None) -> str | None:
+    """Advice that fits the family of the span host time was in; None for time no span covers."""
+    return SPAN_ADVICE.get(family or "") if family else None

@@ -173,8 +173,8 @@ def straggler_costs(report: Report) -> None:
 
 
 def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
-    """For host-caused slow steps: which host activity grew (analysis.host_activity), into ``detail``
-    and the extra ``host_activity`` ([{name, growth_us}])."""
+    """For host-caused slow steps, and those of one late rank (on that rank): which host activity grew
+    (analysis.host_activity), into ``detail`` and the extra ``host_activity`` ([{name, growth_us}])."""
     from traceread.analysis.time import host_activity
     from traceread.fmt import ms
 
@@ -185,9 +185,12 @@ def _host_activity(slow: list[Any], summaries: list[RankSummary]) -> None:
     slow_set = {int(s["step"]) for s in slow}
     normal = [x for x in all_steps if x not in slow_set]
     for s in slow:
-        if s.get("cause") != "host":
+        cause = str(s.get("cause") or "")
+        if cause != "host" and not cause.startswith("rank:"):
             continue
-        g = host_activity.grown(per, int(s["step"]), normal, float(s["excess_us"]))
+        # a late rank's slow step: what grew on that rank (the others only waited for it)
+        mine = {int(cause[5:]): per[int(cause[5:])]} if cause.startswith("rank:") and int(cause[5:]) in per else per
+        g = host_activity.grown(mine, int(s["step"]), normal, float(s["excess_us"]))
         s["host_activity"] = [{"name": n, "growth_us": d} for n, d in g]
         if g:
             what = ", ".join(f"{n} +{ms(d)}" for n, d in g)

@@ -244,6 +244,13 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
     windows = guarded(f"rank {rt.rank}: step windows", warnings, lambda: steps_mod.device_steps(rt))
     if windows is not None and windows.note:
         warnings.append(f"rank {rt.rank}: {windows.note}")
+    if work is not None and rt.host.height:  # the framework the trace shows, gradient accumulation
+        from traceread.analysis.time import frameworks
+
+        work["framework"] = guarded(f"rank {rt.rank}: framework", warnings, lambda: frameworks.detect(rt.host))
+        if windows is not None:
+            work["micro_steps"] = guarded(f"rank {rt.rank}: micro-steps", warnings,
+                                          lambda: frameworks.micro_steps(rt.host, windows.table))
     frame = pl.DataFrame()
     if windows is not None and rt.gpu.height:
         frame = guarded(f"rank {rt.rank}: time breakdown", warnings,
@@ -274,6 +281,14 @@ def summarise_rank(rt: RankTrace, *, spec_file: Path | None = None, detail: bool
         segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.rank_segments(rt, wtab, ops, comm))
     else:  # CPU-only rank: the host's ledger (operators, host-side collectives, the rest)
         segments = guarded(f"rank {rt.rank}: step ledger", warnings, lambda: ledger.host_segments(rt, wtab, comm))
+    from traceread.analysis.time import host_spans
+
+    span_times = guarded(f"rank {rt.rank}: host spans", warnings,
+                         lambda: host_spans.span_times(rt, wtab)) if rt.host.height else None
+    if span_times is not None and span_times.height:  # "the same span on the other ranks"
+        n = max(wtab.height, 1)
+        entry["host_spans"] = [{"name": nm, "family": f, "us_per_step": us / n, "count": c}
+                               for nm, f, us, c in span_times.select("name", "family", "us", "count").iter_rows()]
     sf = frame.drop("_start") if "_start" in frame.columns else frame
     if sf.height:
         sf = sf.with_columns(pl.lit(rt.rank, pl.Int64).alias("rank"))

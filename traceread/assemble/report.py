@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.assemble import run_folder
+from traceread.assemble.job_traces import use_job_traces
 from traceread.errors import TraceReadError
 from traceread.options import TOP_KERNELS, ReportOptions
 from traceread.read.jsonfile import load_json_object
@@ -48,6 +49,7 @@ def build_report(paths: Sequence[str | Path], options: ReportOptions | None = No
     opts = options or ReportOptions()
     caches.take_notes()  # notes of an earlier report in this process are not this one's
     found = _on_nodes(paths, opts) if opts.node_local else find(paths, storage_options=opts.storage_options)
+    found = use_job_traces(found)  # a run where collect stepped aside for the job's own profiler
     run_dir = run_folder.run_dir_of(paths, found.run_json)
     root = caches.cache_root(opts.cache_dir) if opts.use_cache else None
     key = None
@@ -130,9 +132,10 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         from traceread.analysis.hang.diagnose import diagnose_hang
 
         hang = guarded("hang diagnosis", warnings, lambda: diagnose_hang(run_dir))
-    if not summaries and hang is None and run_info is not None and not (nccl or {}).get("diagnoses"):
+    died = run_folder.failure_of(run_dir, warnings)
+    if not summaries and hang is None and died is None and run_info is not None and not (nccl or {}).get("diagnoses"):
         raise NothingUsableError(run_folder.no_trace_line(run_dir or Path(str(paths[0])), run_info))
-    if not summaries and hang is None and nccl is None:
+    if not summaries and hang is None and died is None and nccl is None:
         where = ", ".join(str(p) for p in paths)
         detail = f" ({warnings[0]})" if warnings else ""
         if found.files or found.missing:
@@ -167,6 +170,8 @@ def _analyse(paths: Sequence[str | Path], found: Any, run_dir: Path | None, opts
         "slow_steps": [], "hang": hang, "findings": [], "kernels": [], "roofline": None,
         "straggler_heatmap": None, "nccl": nccl, "layout": None, "ledger": None, "memory": None,
     }
+    if died is not None:
+        report["failure"] = died  # type: ignore[typeddict-item]
     run_folder.mark_missing_ranks(report, unreadable)
     if summaries:
         from traceread.analysis.time.iterations import job_workload

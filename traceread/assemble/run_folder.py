@@ -14,7 +14,8 @@ from typing import Any
 from traceread.report_schema import Report
 
 #: Folders and files of a collected run folder that analyses read besides the traces (document key).
-RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject", "memory")
+RUN_SIDE_DIRS = ("fr", "stacks", "nccl", "errors", "progress", "ranks", "torchrun", "logs", "inject", "memory",
+                 "attempts")
 RUN_SIDE_FILES = ("run.json", "hang.json", "launcher.log")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 
@@ -52,6 +53,20 @@ def side_files(paths: Sequence[str | Path], run_dir: Path | None) -> list[Path]:
     return out
 
 
+def failure_of(run_dir: Path | None, warnings: list[str]) -> dict[str, Any] | None:
+    """``Report["failure"]`` of a collected run folder (:mod:`traceread.analysis.hang.failure`): why the job
+    stopped, when it did; a failure of the reading itself is one warning, never the report's end."""
+    if run_dir is None:
+        return None
+    from traceread.analysis.hang.failure import diagnose_failure
+
+    try:
+        return diagnose_failure(run_dir)
+    except Exception as exc:  # the answer still comes from the traces
+        warnings.append(f"{run_dir}: failure diagnosis: {type(exc).__name__}: {exc}")
+        return None
+
+
 def _ranks(run_info: dict[str, Any] | None) -> dict[str, Any]:
     """run.json's ``ranks`` map, or empty when it is missing or of another shape (a damaged file)."""
     ranks = (run_info or {}).get("ranks")
@@ -79,7 +94,8 @@ def partial_window(run_info: dict[str, Any] | None) -> str | None:
     if not parts:
         return None
     p = parts[0]
-    return (f"partial window: the job ended after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
+    cut = "the job started its own profiler" if "profiler" in str(p.get("cut_by")) else "the job ended"
+    return (f"partial window: {cut} after {p.get('recorded')} of the --active {p.get('active')} recorded steps "
             f"({len(parts)} rank(s)); the report covers those steps")
 
 

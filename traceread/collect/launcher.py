@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from traceread import __version__
 from traceread.collect.env import collect_env
+from traceread.collect.job_profiler import job_profilers, summary_line
 from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.watch import Watch, WatchOptions
@@ -91,8 +92,12 @@ def multi_node_env(env: dict[str, str] | None = None) -> bool:
 
 
 def host_folder_name(env: dict[str, str] | None = None) -> str:
-    """``<host>``, or ``<host>.<local task>`` when srun/mpirun runs several launchers on one host."""
+    """``<host>``, or ``<host>.<local task>`` when srun/mpirun runs several launchers on one host;
+    ``TRACEREAD_HOST_FOLDER`` names it outright (a launcher that places several per-node commands on
+    one machine, e.g. collectors/ray/launch.py on a one-node Ray cluster)."""
     env = dict(os.environ) if env is None else env
+    if env.get("TRACEREAD_HOST_FOLDER", "").strip(". /"):
+        return env["TRACEREAD_HOST_FOLDER"].strip().replace("/", "_")
     host = socket.gethostname()
     local_size = env.get("SLURM_NTASKS_PER_NODE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")).split("(")[0]
     local_id = env.get("SLURM_LOCALID", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
@@ -130,7 +135,8 @@ class _Tee:
     def pump(self, src: IO[bytes], dst: IO[bytes]) -> None:
         def run() -> None:
             # signals for the launcher must reach its main thread, which forwards them
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1})
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
+                                                         signal.SIGUSR2})
             for line in iter(src.readline, b""):
                 self._log(line)
                 if self.echo:
@@ -279,8 +285,10 @@ def run_collect(opts: CollectOptions) -> int:
         dump_requested.set()
 
     if threading.current_thread() is threading.main_thread():
+        # SIGUSR2 is the job's (SLURM's --signal=USR2@N before the time limit, checkpoint-on-preemption
+        # handlers): forwarded like SIGTERM, never taken for ourselves (its default would kill us).
         for sig, handler in ((signal.SIGINT, forward), (signal.SIGTERM, forward), (signal.SIGHUP, forward),
-                             (signal.SIGUSR1, on_usr1)):
+                             (signal.SIGUSR2, forward), (signal.SIGUSR1, on_usr1)):
             previous[sig] = signal.signal(sig, handler)
     try:
         proc = subprocess.Popen(opts.command, env=env, stdout=subprocess.PIPE,
@@ -528,15 +536,22 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     partial = {r: i["partial"] for r, i in ranks.items() if isinstance(i.get("partial"), dict)}
     steps = sorted({(min(i["profiler_steps"]), max(i["profiler_steps"])) for i in ranks.values()
                     if isinstance(i.get("profiler_steps"), list) and i["profiler_steps"]})
-    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}: {run_root}"]
+    ran = sorted({int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)})
+    did = "" if not ran else (f", {ran[0]} optimizer step(s)" if len(ran) == 1 else
+                              f", {ran[0]}-{ran[-1]} optimizer steps by rank")
+    lines = [f"done in {elapsed_ns / 1e9:.1f} s, exit code {code}{did}: {run_root}"]
     if traces:
         where = "steps unknown" if not steps else (
             f"steps {steps[0][0]}-{steps[0][1]}" if len(steps) == 1 else "steps differ by rank")
         lines.append(f"  traces:  {len(traces)} file(s) from {len(ranks) or '?'} rank(s), {where}, in {host_dir / 'traces'}")
         if partial:
             p = next(iter(partial.values()))
-            lines.append(f"  partial: the job ended after recording {p.get('recorded')} of the --active {p.get('active')} "
+            cut = ("the job started its own profiler after traceread recorded" if "profiler" in str(p.get("cut_by"))
+                   else "the job ended after recording")
+            lines.append(f"  partial: {cut} {p.get('recorded')} of the --active {p.get('active')} "
                          f"steps on {len(partial)} rank(s); those steps are kept and reported")
+    elif job_profilers(ranks):
+        lines.append("  traces:  none from traceread: it stepped aside for the job's own profiler (below)")
     elif opts.profile and opts.inject:
         why = _no_trace_note(host_dir, opts)
         lines.append("  traces:  none — " + (why if why else
@@ -548,14 +563,22 @@ def closing_summary(opts: CollectOptions, run_root: Path, host_dir: Path, code: 
     caught = capture_summary(host_dir)
     if caught:
         lines.append(caught)
+    own = summary_line(ranks)
+    if own:
+        lines.append("  " + own)
     if extras:
         lines.append("  also:    " + ", ".join(extras))
+    restarts = sorted(p.name for p in (host_dir / "attempts").glob("attempt*") if p.is_dir())
+    if restarts:
+        lines.append(f"  restarts: torchrun restarted the job {len(restarts)} time(s); each attempt's files are in "
+                     f"{host_dir / 'attempts'}/attempt<K>")
+    errors = sorted(p.name for p in (host_dir / "errors").glob("rank*.json")) if code else []
     quoted = shlex.quote(str(run_root))
     nxt = []
-    if traces:
+    if traces or any(j.get("traces") for j in job_profilers(ranks).values()):
         nxt.append(f"traceread report {quoted}")
-    if hang or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
-        nxt.append(f"traceread hang {quoted}")
+    if hang or errors or restarts or (host_dir / "hang.json").exists() or any((host_dir / "fr").glob("*")):
+        nxt.append(f"traceread hang {quoted}")  # a failed job too: it says which rank failed first
     torch_seen = any(i.get("torch") for i in ranks.values())
     if not traces and not nxt and (torch_seen or not ranks):  # a job without torch has nothing to profile
         run = [int(i["steps"]) for i in ranks.values() if isinstance(i.get("steps"), int)]

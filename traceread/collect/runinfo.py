@@ -53,13 +53,27 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def read_ranks(host_dir: Path) -> dict[int, dict[str, Any]]:
-    """``ranks/rank{R}.json`` under ``host_dir`` keyed by rank."""
+    """``ranks/rank{R}.json`` under ``host_dir`` keyed by rank; ``steps`` is the larger of the rank
+    file's count and ``progress/rank{R}``'s (written at every step: a rank killed by a signal never
+    rewrote its rank file, which then still says the step it was last written at)."""
     out: dict[int, dict[str, Any]] = {}
     for path in sorted((host_dir / "ranks").glob("rank*.json")):
         doc = read_json(path)
         if doc is not None and isinstance(doc.get("rank"), int):
+            done = read_progress(host_dir / "progress" / f"rank{doc['rank']}")
+            if done is not None and (not isinstance(doc.get("steps"), int) or done[0] > doc["steps"]):
+                doc["steps"] = done[0]
             out[doc["rank"]] = doc
     return out
+
+
+def read_progress(path: Path) -> tuple[int, int, int] | None:
+    """``(step, time_ns, pid)`` from a progress file, None if unreadable."""
+    try:
+        parts = path.read_bytes().split()
+        return int(parts[0]), int(parts[1]), int(parts[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def world_layout(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceread.collect.runinfo import iso, read_json, write_json
+from traceread.collect.runinfo import iso, read_json, read_progress, write_json
 
 DEFAULT_FLOOR_S = 300.0
 DEFAULT_FACTOR = 10.0
@@ -47,15 +47,6 @@ class RankProgress:
     time_ns: int  # rank's wall clock at that step
     pid: int
     changed_at: float  # launcher monotonic time when ``step`` last changed
-
-
-def read_progress(path: Path) -> tuple[int, int, int] | None:
-    """``(step, time_ns, pid)`` from a progress file, None if unreadable."""
-    try:
-        parts = path.read_bytes().split()
-        return int(parts[0]), int(parts[1]), int(parts[2])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @dataclass
@@ -78,7 +69,7 @@ class Watchdog:
         """Read progress; True exactly once per stall when the stall exceeds the timeout."""
         now = time.monotonic() if now is None else now
         advanced = False
-        for path in (self.host_dir / "progress").glob("rank*"):
+        for path in latest_per_rank(self.host_dir, "progress", "rank*"):
             if not path.name[4:].isdigit():
                 continue
             got = read_progress(path)
@@ -130,10 +121,10 @@ class Watchdog:
         """Rank files of processes on this host that installed the dump signals."""
         host = socket.gethostname()
         out = {}
-        for path in sorted((self.host_dir / "ranks").glob("rank*.json")):
+        for path in latest_per_rank(self.host_dir, "ranks", "rank*.json"):
             doc = read_json(path)
             if doc and isinstance(doc.get("rank"), int) and doc.get("host") == host and doc.get("pid"):
-                out[doc["rank"]] = doc
+                out[doc["rank"]] = dict(doc, home=str(path.parent.parent))  # its attempt's folder (acks land there)
         return out
 
     def dump_all(self, reason: str, signal_fallback: bool = True) -> dict[str, Any]:
@@ -143,13 +134,13 @@ class Watchdog:
         ranks = self.local_ranks()
         sent_ns = time.time_ns()
         asked = [r for r, info in ranks.items() if _alive(info["pid"]) and poke_fifo(info.get("dump_trigger"))]
-        pipes = poke_nccl_pipes(self.host_dir / "fr")
+        pipes = [p for d in attempt_dirs(self.host_dir) for p in poke_nccl_pipes(d / "fr")]
         acks: dict[int, dict[str, Any]] = {}
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and len(acks) < len(asked):
             for r in asked:
                 if r not in acks:
-                    ack = read_json(self.host_dir / "inject" / f"rank{r}.ack")
+                    ack = read_json(Path(ranks[r].get("home") or self.host_dir) / "inject" / f"rank{r}.ack")
                     if ack and ack.get("time_ns", 0) >= sent_ns - 1_000_000:
                         acks[r] = ack
             time.sleep(0.05)
@@ -197,6 +188,25 @@ class Watchdog:
         path = self.host_dir / "hang.json"
         write_json(path, record)
         return path
+
+
+def attempt_dirs(host_dir: Path) -> list[Path]:
+    """The folders ranks write into, oldest attempt first: ``RUN`` (torchrun's attempt 0, or no torchrun)
+    then ``RUN/attempts/attempt{K}`` for each elastic restart K (docs/collect.md, "Restarts")."""
+    found = []
+    for d in (host_dir / "attempts").glob("attempt*"):
+        if d.is_dir() and d.name[7:].isdigit():
+            found.append((int(d.name[7:]), d))
+    return [host_dir] + [d for _k, d in sorted(found)]
+
+
+def latest_per_rank(host_dir: Path, sub: str, pattern: str) -> list[Path]:
+    """Each rank's file of ``sub`` from the latest attempt that has one (the live attempt's progress, pid)."""
+    out: dict[str, Path] = {}
+    for d in attempt_dirs(host_dir):
+        for path in (d / sub).glob(pattern):
+            out[path.name] = path
+    return [out[n] for n in sorted(out)]
 
 
 def poke_nccl_pipes(fr_dir: Path) -> list[str]:

@@ -77,6 +77,32 @@ def _text(diag: Any) -> str:
     return "\n".join(lines)
 
 
+def _failure(run_dir: Path) -> dict[str, Any] | None:
+    """Why the job stopped, when it failed (a crash, a non-zero exit): it leads the hang diagnosis."""
+    from traceread.analysis.hang.failure import diagnose_failure
+
+    try:
+        return diagnose_failure(run_dir)
+    except Exception as exc:  # the hang diagnosis still stands
+        click.echo(f"{clean(str(run_dir))}: failure diagnosis: {type(exc).__name__}: {clean(str(exc))}", err=True)
+        return None
+
+
+def _nccl_error(run_dir: Path) -> str | None:
+    """The NCCL logs' first error diagnosis, for a folder with no hang evidence (a job that died)."""
+    from traceread.analysis.hang.sources import load_sources
+
+    try:
+        nccl = load_sources(run_dir).nccl or {}
+    except (TraceReadError, OSError):
+        return None
+    d = next((d for d in nccl.get("diagnoses") or [] if d.get("severity") == "error"), None)
+    if d is None:
+        return None
+    first = f" [{d['first_line']}]" if d.get("first_line") else ""
+    return f"{d['message']}{first}" + (f" CHANGE: {d['suggestion']}" if d.get("suggestion") else "")
+
+
 @click.command("hang")
 @click.argument("run_dir", metavar="PATH", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
@@ -116,9 +142,27 @@ def hang(ctx: click.Context, run_dir: Path, fmt: str, output: str | None, worker
         diag = diagnose(run_dir, workers)
     except TraceReadError as exc:
         fail(str(exc))
+    failure = _failure(run_dir)
+    if failure is not None and diag is not None and not failure.get("first"):
+        diag.entry["failure"] = failure  # type: ignore[typeddict-item]  # every error echoes the hang: it leads
+        failure = None
+    if failure is not None:  # the job died: why leads, the hang evidence (if any) follows
+        lead = "\n".join(clean(x) for x in failure.get("lines") or [])
+        if diag is None:
+            write_output(output, json.dumps({"failure": failure}, indent=1) + "\n" if fmt == "json" else lead + "\n")
+            ctx.exit(EXIT_OK)
+            return
+        diag.entry["failure"] = failure  # type: ignore[typeddict-item]
+        text = lead + "\n\n" + _text(diag) if fmt != "json" else ""
+        write_output(output, json.dumps(diag.entry, indent=1) + "\n" if fmt == "json" else text + "\n")
+        ctx.exit(EXIT_OK)
+        return
     if diag is None:
         click.echo(f"{clean(str(run_dir))}: no hang evidence (no Flight Recorder dump with an unfinished collective, "
                    "stack dump, hang.json, watchdog timeout or timeout error file)", err=True)
+        failed = _nccl_error(run_dir)
+        if failed:
+            click.echo(f"but the NCCL logs report an error (the job failed rather than hung): {clean(failed)}")
         ctx.exit(EXIT_NO_TRACES)
         return
     write_output(output, json.dumps(diag.entry, indent=1) + "\n" if fmt == "json" else _text(diag) + "\n")

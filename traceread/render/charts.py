@@ -15,6 +15,7 @@ from typing import Any
 
 from traceread.assemble.explain import bus_factor
 from traceread.assemble.queries import coll_time, n_steps, per_step, step_us
+from traceread.fmt import NO_MARKER_STEP, WHOLE_TRACE, step_name
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.report_schema import LEDGER_CATEGORIES, RankEntry, Report
 
@@ -206,7 +207,8 @@ def timeline_figure(report: Report) -> tuple[Figure | None, str | None]:
                                      "tickvals": list(range(len(lanes))),
                                      "ticktext": [f"r{r} GPU" if s == -1 else f"r{r} s{s}" for r, s in lanes]}
         step_ms = float(p.get("step_us") or p["duration_us"]) / 1000.0
-        annotations.append({"text": f"{label(p['label'])} {p['step']}: {step_ms:.2f} ms (slowest rank's step time)",
+        named = WHOLE_TRACE if p["step"] == NO_MARKER_STEP else f"{label(p['label'])} {p['step']}"
+        annotations.append({"text": f"{named}: {step_ms:.2f} ms (slowest rank's step time)",
                             "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": top, "yanchor": "bottom",
                             "showarrow": False, "font": {"size": 13}})
         top = bottom - gap_frac
@@ -240,7 +242,8 @@ def heatmap_figure(report: Report) -> tuple[Figure | None, str | None]:
                 if (v := row[j]) is not None:
                     row[j] = v - m
         ranks, what = [r["rank"] for r in ranks_e], "step time minus the step's median over ranks (ms)"
-    return {"data": [{"type": "heatmap", "z": z, "x": [str(s) for s in steps], "y": [f"r{r}" for r in ranks],
+    return {"data": [{"type": "heatmap", "z": z, "x": ["whole trace" if s == NO_MARKER_STEP else str(s) for s in steps],
+                      "y": [f"r{r}" for r in ranks],
                       "colorscale": "Reds", "colorbar": {"title": {"text": "ms"}},
                       "hovertemplate": "%{y} step %{x}: %{z:.2f} ms<extra></extra>"}],
             "layout": _layout(f"Rank × step: {what}", height=max(260, min(900, 14 * len(ranks) + 120)),
@@ -385,7 +388,7 @@ def ledger_figure(report: Report) -> tuple[Figure | None, str | None]:
             data.append({"type": "bar", "name": CATEGORY_WORDS[cat], "x": x, "y": y, "marker": {"color": LEDGER_COLORS[cat]},
                          "hovertemplate": "%{x}: %{y:.3f} ms<extra>" + CATEGORY_WORDS[cat] + "</extra>"})
     n = len(report.get("ranks") or [])
-    title = f"Step ledger of step {led.get('step')}: the job and each rank" + (
+    title = f"Step ledger of {step_name(led.get('step'))}: the job and each rank" + (
         f" ({len(ranks)} of {n} shown)" if len(ranks) < n else "")
     return {"data": data, "layout": _layout(title, barmode="stack", yaxis={"title": {"text": "ms"}},
                                             xaxis={"type": "category"})}, None

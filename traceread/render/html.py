@@ -29,7 +29,18 @@ import orjson
 from traceread import __version__
 from traceread.assemble import explain
 from traceread.assemble.queries import coll_time, host_bound_per_step, median_step_us, per_step, step_us, total_steps
-from traceread.fmt import elide_templates, export_command, ms, nbytes, pct, rank_list, ranks_words, short_name
+from traceread.fmt import (
+    WHOLE_TRACE,
+    elide_templates,
+    export_command,
+    ms,
+    nbytes,
+    pct,
+    rank_list,
+    ranks_words,
+    short_name,
+    whole_trace,
+)
 from traceread.render import charts, terminal
 from traceread.render.json_report import _jsonable
 from traceread.render.ledger_view import CATEGORY_WORDS
@@ -262,7 +273,8 @@ def _sections(report: Report) -> dict[str, dict[str, Any]]:
                    "a late peer vs transfer), pipeline bubble, exposed memcpy, host-bound idle (before the next "
                    "kernel was launched), waiting on a dependency, other idle. The job bar follows the critical "
                    "path: where the slowest rank waited for a late peer, the peer's own time is shown. "
-                   + (f"Findings account for {ms(cov.get('explained_us'))} of {ms(cov.get('step_us'))} per step."
+                   + (f"Findings account for {ms(cov.get('explained_us'))} of {ms(cov.get('step_us'))} "
+                      + (f"of {WHOLE_TRACE}." if whole_trace(report) else "per step.")
                       if (cov := report.get("coverage")) else "")),
         "slow_steps": ("A step is flagged slow when it takes clearly longer than the median step; the cause says "
                        "which part of the breakdown grew (or which rank held everyone up)."),
@@ -315,7 +327,7 @@ def render_html(report: Report, *, title: str | None = None) -> str:
         r=report, title=title or "traceread report", headline=terminal.headline(report), answer=answer,
         change=change, figures_json=embed_json({k: f for k, f in figs.items() if k in _drawn(order)}),
         plotly_packed=plotly_js_packed(), hidden_ranks=len(ranks) - len(table_ranks), cpu_only=cpu_only,
-        steps=total_steps(report), version=__version__, floor_us=charts.busbw_floor_us,
+        steps=total_steps(report), whole_trace=whole_trace(report), version=__version__, floor_us=charts.busbw_floor_us,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         nccl_items=_nccl_items(report.get("nccl")), drift_html=_drift_html(report),
         memory_ranks=_memory_ranks(report), memory_model=_memory_model(report),

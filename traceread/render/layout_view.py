@@ -32,9 +32,12 @@ def workload_line(report: Mapping[str, Any]) -> str | None:
         return None
     its = w.get("iterations") or {}
     counts = " + ".join(f"{n} {k}" for k, n in sorted(its.items(), key=lambda kv: -kv[1]))
-    engine = f" ({w['engine']})" if w.get("engine") else ""
-    return (f"Workload: {w['kind']}{engine}" + (f", {counts} iteration(s)" if counts else "")
-            + (f" — {w['evidence']}" if w.get("evidence") else ""))
+    engine = f" ({w['engine']})" if w.get("engine") else (f" ({w['framework']})" if w.get("framework") else "")
+    micro = (f", gradient accumulation: {w['micro_steps']} micro-steps per optimizer step"
+             if w.get("micro_steps") else "")
+    evidence = "; ".join(str(e) for e in (w.get("evidence"), w.get("framework_evidence")) if e)
+    return (f"Workload: {w['kind']}{engine}" + (f", {counts} iteration(s)" if counts else "") + micro
+            + (f" — {evidence}" if evidence else ""))
 
 
 def degrees_line(report: Mapping[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from traceread.fmt import ms
+from traceread.fmt import WHOLE_TRACE, ms, step_name, whole_trace
 from traceread.report_schema import LEDGER_CATEGORIES, LedgerPart, Report
 
 #: Glyph, short label and rich colour of each category.
@@ -65,6 +65,8 @@ def coverage_line(report: Report) -> str | None:
     if not cov or not cov.get("step_us"):
         return None
     e, s = float(cov["explained_us"]), float(cov["step_us"])
+    if whole_trace(report):
+        return f"Findings account for {ms(e)} of {ms(s)} ({100 * e / s:.0f}%) of {WHOLE_TRACE}."
     over = f" over {cov['steps']} steps" if cov.get("steps") else ""
     return f"Findings account for {ms(e)} of {ms(s)} per step ({100 * e / s:.0f}%){over}."
 
@@ -74,6 +76,8 @@ def title_line(report: Report) -> str:
     w = (report.get("ledger") or {}).get("window")
     if not w:
         return "Step ledger — where the median step's time goes (docs/ledger.md)"
+    if whole_trace(report):
+        return f"Window ledger — where the time of {WHOLE_TRACE} goes ({ms(w['total_us'])}; docs/ledger.md)"
     return (f"Window ledger — where the time of the {w['steps']} recorded steps goes ({ms(w['total_us'])}, "
             f"mean step {ms(w['mean_step_us'])}, median step {ms(w['median_step_us'])}; docs/ledger.md)")
 
@@ -86,10 +90,12 @@ def job_lines(report: Report) -> list[tuple[str, dict[str, float]]]:
     crit = led.get("critical_rank")
     out = []
     w = led.get("window")
+    if whole_trace(report):  # one window: no per-step average, no median step
+        return [(f"{WHOLE_TRACE} (critical rank {crit}, {ms(led.get('step_us'))})", by_category(led.get("parts") or []))]
     if w and w.get("steps"):
         per = {c: v / w["steps"] for c, v in by_category(w.get("parts") or []).items()}
         out.append((f"window, per step ({ms(w['mean_step_us'])})", per))
-    caption = f"median step {led.get('step')} (critical rank {crit}, {ms(led.get('step_us'))})"
+    caption = f"{step_name(led.get('step'), median=True)} (critical rank {crit}, {ms(led.get('step_us'))})"
     out.append((caption, by_category(led.get("parts") or [])))
     return out
 

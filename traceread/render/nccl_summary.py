@@ -101,6 +101,17 @@ def nccl_lines(report: Report) -> list[str]:
         warns = n.get("warnings") or []
         if warns:
             lines.append(f"  {len(warns)} NCCL WARN line(s); first: {warns[0].get('message')}")
+        problems = n.get("problems") or []
+        if problems and len(problems) > len(warns):
+            lines.append(f"  {_count(n.get('problems_total') or len(problems), 'problem line')} (WARN, error returns, "
+                         f"failures, timeouts); first: {problems[0].get('quote')}")
+        versions = n.get("versions_by_host") or {}
+        if len(set(versions.values())) > 1:
+            lines.append("  NCCL versions differ: " + ", ".join(f"{h} {v}" for h, v in list(versions.items())[:6]))
+        unread = n.get("unread") or {}
+        if unread.get("count"):
+            lines.append(f"  {_count(unread['count'], 'line')} mention NCCL but could not be read (first: "
+                         f"{unread.get('first')})")
         timeouts = n.get("timeouts") or []
         if timeouts:
             t = timeouts[0]

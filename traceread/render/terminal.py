@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from traceread.assemble.queries import coll_time, per_step, step_figure, step_us
-from traceread.fmt import elide_templates, ms, nbytes, pct, rank_list, short_name
+from traceread.fmt import WHOLE_TRACE, elide_templates, ms, nbytes, pct, rank_list, short_name, whole_trace
 from traceread.render.ledger_view import CATEGORY_WORDS
 from traceread.render.nccl_summary import nccl_lines
 from traceread.render.textfit import Column, buffer_console, fitted_table, output_width, strip_padding, use_color
@@ -64,8 +64,9 @@ def headline(report: Report) -> str:
     cpu_only = bool(ranks) and all(_is_cpu(r) for r in ranks)
     dev = ", ".join(str(d) for d in devices[:2]) or ("CPU" if cpu_only else "unknown device")
     mean, n, _median = step_figure(report)
+    steps = f"{WHOLE_TRACE} {ms(mean)}" if whole_trace(report) else f"{n} step(s) · mean step {ms(mean)}"
     return (f"{len(ranks)} rank(s) of {src.get('world_size') or '?'} · {src.get('backend') or 'no backend'} · "
-            f"{dev} · {n} step(s) · mean step {ms(mean)}")
+            f"{dev} · {steps}")
 
 
 def missing_line(report: Report) -> str | None:
@@ -74,21 +75,37 @@ def missing_line(report: Report) -> str | None:
     return str(note) if note else None
 
 
+def nccl_nothing_found(n: dict[str, Any]) -> str:
+    """The healthy answer for NCCL logs alone, saying what was read and looked for."""
+    files = len(n.get("files") or [])
+    text = (f"No problem found in NCCL's own records: {n.get('lines_parsed') or 0} line(s) of {files} file(s) read, "
+            "no WARN, error return, CUDA/system failure or timeout among them")
+    benign = [d for d in n.get("diagnoses") or [] if d.get("severity") == "info" and d.get("first_line")]
+    if benign:
+        text += f"; {len(benign)} WARN kind(s) NCCL also prints on healthy machines ({benign[0]['first_line']})"
+    return text + " (no trace to measure the step with)."
+
+
 def answer(report: Report) -> tuple[str, str | None]:
     """(the top problem in one sentence, the first thing to change) — or a 'nothing found' line."""
     findings = report.get("findings") or []
     if not findings:
         if not report.get("ranks"):
             if report.get("nccl"):
-                return "No problem found in NCCL's own records (no trace to measure the step with).", None
+                return nccl_nothing_found(report.get("nccl") or {}), None
             return "No rank could be analysed (see warnings).", None
         return "No problem costs more than 1% of a step.", None
     f = findings[0]
     title = elide_templates(str(f["title"]))
     if f["id"] == "hang":
         text = f"{title} [the job stopped there: every later step is lost]"
+    elif f["id"] == "failure":
+        text = f"{title} [" + ("a later attempt ran to the end; the window below is its own]" if f.get("recovered")
+                               else "the job died: every later step is lost]")
     elif f.get("category") == "memory":  # memory findings cost no step time: they say what they hold
         text = f"{title} [memory{', rank ' + str(f['rank']) if f.get('rank') is not None else ''}]"
+    elif f["id"].startswith("nccl_") and f.get("severity") == "error" and not f.get("impact_us_per_step"):
+        text = f"{title} [from the NCCL log: the job failed or stalled there]"
     elif not f.get("impact_us_per_step"):
         text = f"{title} [outside the median step]"
     else:
@@ -164,8 +181,9 @@ def findings_section(report: Report, v: View) -> None:
         body = Text(elide_templates(str(f["title"])), style="bold")
         for s in (f.get("suggestions") or [])[:1]:
             body.append("\n→ " + elide_templates(str(s)), style="green")
-        if f["id"] == "hang":
-            lost, share = "job stopped", "all"
+        if f["id"] in ("hang", "failure"):
+            lost, share = ("job stopped" if f["id"] == "hang" else "restarted" if f.get("recovered")
+                           else "job died"), "all"
         elif f.get("category") == "memory":  # no step time: the bytes at stake instead
             lost, share = "memory", nbytes(f.get("memory_bytes"))
         elif not f.get("impact_us_per_step"):

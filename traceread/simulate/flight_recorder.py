@@ -82,8 +82,13 @@ def _state(e: Entry, timing: bool) -> str:
     return "scheduled"
 
 
-def dump_dict(rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bool = True) -> dict[str, Any]:
-    """The dict torch's ``_dump_nccl_trace()`` would unpickle to, for this rank."""
+def dump_dict(rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bool = True,
+              stateless: bool = False) -> dict[str, Any]:
+    """The dict torch's ``_dump_nccl_trace()`` would unpickle to, for this rank.
+
+    ``stateless``: every entry is ``scheduled`` with no start/completion time and not retired, as torch
+    writes an entry recorded without CUDA events (``record(..., nullptr, nullptr, ...)`` inside a
+    coalescing group) or whose event query failed; ``pg_status`` still follows the watchdog."""
     kept = rec.entries[-buffer:] if buffer else []
     first_id = rec.first_record_id + len(rec.entries) - len(kept)
     tid = str(140_000_000_000_000 + rec.rank)
@@ -99,15 +104,15 @@ def dump_dict(rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bo
             "record_id": first_id + i, "pg_id": e.local_id, "process_group": (e.pg, e.desc), "thread_name": "pt_main_thread",
             "thread_id": tid, "collective_seq_id": e.coll_seq, "p2p_seq_id": e.p2p_seq, "op_id": e.op_id,
             "profiling_name": name, "time_created_ns": e.created_ns})
-        if timing and e.completed_ns is not None and e.started_ns is not None:
+        if timing and not stateless and e.completed_ns is not None and e.started_ns is not None:
             d["duration_ms"] = (e.completed_ns - e.started_ns) / 1e6
-        state = _state(e, timing)
+        state = "scheduled" if stateless else _state(e, timing)
         d.update({
             "input_sizes": e.sizes, "input_dtypes": [e.dtype], "output_sizes": e.sizes, "output_dtypes": [e.dtype],
             "state": state,
-            "time_discovered_started_ns": e.started_ns if timing and e.started_ns is not None else None,
-            "time_discovered_completed_ns": e.completed_ns,
-            "retired": e.completed_ns is not None, "timeout_ms": e.timeout_ms, "is_p2p": e.is_p2p})
+            "time_discovered_started_ns": e.started_ns if timing and e.started_ns is not None and not stateless else None,
+            "time_discovered_completed_ns": None if stateless else e.completed_ns,
+            "retired": e.completed_ns is not None and not stateless, "timeout_ms": e.timeout_ms, "is_p2p": e.is_p2p})
         entries.append(d)
     status: dict[str, dict[str, int]] = {}
     local = {name: i for i, (name, _d, _m) in enumerate(rec.groups)}
@@ -129,9 +134,10 @@ def dump_dict(rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bo
             "entries": entries}
 
 
-def write_dump(path: str | Path, rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bool = True) -> int:
+def write_dump(path: str | Path, rec: RankRecorder, *, timing: bool, buffer: int = 2000, frames: bool = True,
+               stateless: bool = False) -> int:
     """Pickle one rank's dump to ``path`` (protocol 2, as torch does); the bytes written."""
-    data = pickle.dumps(dump_dict(rec, timing=timing, buffer=buffer, frames=frames), protocol=2)
+    data = pickle.dumps(dump_dict(rec, timing=timing, buffer=buffer, frames=frames, stateless=stateless), protocol=2)
     Path(path).write_bytes(data)
     return len(data)
 

@@ -67,6 +67,10 @@ class HangKnobs:
     buffer: int = 2000  # TORCH_FR_BUFFER_SIZE
     descs: str = "megatron"  # "megatron" (group_desc like Megatron's) | "undefined" (new_group without desc)
     frames: bool = True  # Python stack of each enqueue (torch's default for the pickle)
+    states: str = "events"  # "events" | "scheduled": every entry's state is "scheduled" (FR had no CUDA event to
+    # query: ops recorded inside a coalescing group, or a faulted CUDA context); only pg_status says what completed
+    blind: int = 0  # a faulted rank's record missed the completion of its last ``blind`` collectives before its
+    # GPU stopped (its watchdog stopped seeing CUDA events): its peers completed them and went on past them
 
     @property
     def world(self) -> int:
@@ -275,6 +279,20 @@ def _steps_before(k: HangKnobs, progs: list[list[tuple[Any, ...]]]) -> int:
     return max(1, -(-k.buffer // max(1, per)) + 1)
 
 
+def blinded(k: HangKnobs, out: Outcome) -> dict[int, set[int]]:
+    """Faulted rank -> indexes of the collectives that completed but whose completion its record never saw
+    (its last ``k.blind`` completed collectives before the kernel its GPU stopped in)."""
+    if k.blind <= 0:
+        return {}
+    out_map: dict[int, set[int]] = {}
+    for r, stop in out.stopped.items():
+        if out.start[r][stop] is None:
+            continue  # it never reached its fault: a victim
+        done = [i for i, op in enumerate(out.progs[r][:stop]) if op[0] == K and out.end[r][i] is not None]
+        out_map[r] = set(done[-k.blind:])
+    return out_map
+
+
 def recorder(k: HangKnobs, lay: Layout, out: Outcome, r: int, history: int) -> RankRecorder:
     """Rank ``r``'s ring buffer after ``history`` healthy steps and the stuck one."""
     prog = out.progs[r]
@@ -298,6 +316,7 @@ def recorder(k: HangKnobs, lay: Layout, out: Outcome, r: int, history: int) -> R
     stuck_start_ns = T0_NS + history * step_ns
     entries: list[Entry] = []
     prior: dict[str, tuple[int, int, int]] = {}
+    unseen = blinded(k, out).get(r, set())
     for step in range(first // per_step, history + 1):
         base_ns = T0_NS + step * step_ns
         c_seen: dict[str, int] = {}
@@ -320,7 +339,7 @@ def recorder(k: HangKnobs, lay: Layout, out: Outcome, r: int, history: int) -> R
                 t_start = base_ns + int((out.start[r][i] or 0.0) * 1000) if out.start[r][i] is not None else base_ns
                 started, completed = t_start, t_start + int(cost * 1000)
             else:
-                s, e = out.start[r][i], out.end[r][i]
+                s, e = out.start[r][i], (None if i in unseen else out.end[r][i])
                 started = stuck_start_ns + int(s * 1000) if s is not None else None
                 completed = stuck_start_ns + int(e * 1000) if e is not None else None
             created = (base_ns if step < history else stuck_start_ns) + int(idx * HOST_GAP_US * 1000)
@@ -366,11 +385,13 @@ def truth(k: HangKnobs, lay: Layout, out: Outcome) -> dict[str, Any]:
         elif kind == R:
             blocked[r] = {"pg": name, "op": "recv", "role": role, "from": peer}
     stuck: dict[tuple[str, int], dict[str, Any]] = {}
+    unseen = blinded(k, out)
     for name, role, _desc, members in lay.groups:
         done: dict[int, int] = {}
         enq: dict[int, int] = {}
-        for m in members:
-            seqs = [(op[3], out.end[m][i] is not None) for i, op in enumerate(out.progs[m]) if op[0] == K and op[2] == name]
+        for m in members:  # as the records say: a completion the rank never saw is not there
+            seqs = [(op[3], out.end[m][i] is not None and i not in unseen.get(m, ()))
+                    for i, op in enumerate(out.progs[m]) if op[0] == K and op[2] == name]
             enq[m] = max((s for s, _ in seqs), default=0)
             done[m] = max((s for s, ok in seqs if ok), default=0)
         if not enq or max(enq.values()) == 0:
@@ -398,7 +419,8 @@ def truth(k: HangKnobs, lay: Layout, out: Outcome) -> dict[str, Any]:
                    if len(lay.groups) <= 4096],
         # a faulted GPU that was already waiting for a stopped peer before it reached its stop point never
         # stopped of its own: it is a victim, and not a culprit
-        "culprits": [{"rank": r, "why": "gpu_stopped", "stopped_in_op": out.progs[r][i][4], "op_index": i}
+        "culprits": [{"rank": r, "why": "gpu_stopped", "stopped_in_op": out.progs[r][i][4], "op_index": i,
+                      **_never_completes(out, r, i, unseen.get(r, set()), history)}
                      for r, i in sorted(out.stopped.items()) if out.start[r][i] is not None],
         "faults_not_reached": [{"rank": r, "op_index": i, "waits_in": blocked.get(r)}
                                for r, i in sorted(out.stopped.items()) if out.start[r][i] is None],
@@ -406,6 +428,18 @@ def truth(k: HangKnobs, lay: Layout, out: Outcome) -> dict[str, Any]:
         "stuck": sorted(stuck.values(), key=lambda s: (int(s["pg"]), s["seq"])),
         "healthy_steps_before": history,
     }
+
+
+def _never_completes(out: Outcome, r: int, stop: int, unseen: set[int], history: int) -> dict[str, Any]:
+    """The collective the stopped rank's own record shows never completing (pg, seq, op): its first one whose
+    completion it never saw, else the first collective after the kernel its GPU stopped in."""
+    prog = out.progs[r]
+    first = min(unseen) if unseen else next((i for i in range(stop, len(prog)) if prog[i][0] == K), None)
+    if first is None:
+        return {}
+    _kind, role, name, key, op, _cost, _peer = prog[first]
+    per = sum(1 for x in prog if x[0] == K and x[2] == name)
+    return {"pg": name, "role": role, "seq": key + history * per, "op": op}
 
 
 def recorders(k: HangKnobs, ranks: list[int] | None = None) -> Iterator[RankRecorder]:
@@ -427,7 +461,7 @@ def simulate_hang(out_dir: str | Path, k: HangKnobs | None = None, *, ranks: lis
     folder.mkdir(parents=True, exist_ok=True)
     for r in ranks if ranks is not None else range(k.world):
         write_dump(folder / f"{prefix}{r}", recorder(k, lay, res, r, history), timing=k.timing, buffer=k.buffer,
-                   frames=k.frames)
+                   frames=k.frames, stateless=k.states == "scheduled")
     t = truth(k, lay, res)
     if write_truth:
         (folder / "truth.json").write_text(json.dumps(t, indent=1) + "\n")

@@ -60,6 +60,8 @@ class Seg:
     role: str | None = None
     peer: int | None = None  # comm_wait: the member that arrived last
     blind: int | None = None  # comm_transfer of a collective with a member whose trace is missing: that rank
+    span: str | None = None  # host time: the recorded span covering it (span_truth), None: none
+    family: str | None = None  # that span's family
 
     def key(self) -> str:
         return f"{self.category}:{self.role}" if self.role else self.category
@@ -242,6 +244,8 @@ class JobLedger:
         self.starts = {r: [g.t0 for g in v] for r, v in self.flat.items()}
         self.segs = segs
         self.blind: Counter[tuple[int, str | None]] = Counter()  # of the last step_ns: (missing rank, role) -> ns
+        #: of the last step_ns: (category, role, rank, family, span) -> ns of host time on the critical path
+        self.spans: Counter[tuple[str, str | None, int, str | None, str]] = Counter()
 
     def step_ns(self, k: int) -> tuple[int, Counter[tuple[str, str | None, int]]]:
         """(critical rank, ns per (category, role, rank)) of step ``k``."""
@@ -249,11 +253,14 @@ class JobLedger:
         crit = min(ranks, key=lambda r: (-(self.windows[r][k][1] - self.windows[r][k][0]), r))
         parts: Counter[tuple[str, str | None, int]] = Counter()
         self.blind = Counter()
+        self.spans = Counter()
         for g in self.segs[crit][k]:
             if g.category == "comm_wait" and g.peer is not None and g.peer in self.flat:
                 self._expand(parts, g.peer, g.t0, g.t1, 1, (g.category, g.role, crit))
             else:
                 parts[(g.category, g.role, crit)] += g.t1 - g.t0
+                if g.span is not None:
+                    self.spans[(g.category, g.role, crit, g.family, g.span)] += g.t1 - g.t0
                 if g.blind is not None:
                     self.blind[(g.blind, g.role)] += g.t1 - g.t0
         s, e = self.windows[crit][k]
@@ -287,6 +294,8 @@ class JobLedger:
                 self._expand(parts, g.peer, x, y, depth + 1, (g.category, g.role, peer))
             else:
                 parts[(g.category, g.role, peer)] += y - x
+                if g.span is not None:
+                    self.spans[(g.category, g.role, peer, g.family, g.span)] += y - x
                 if g.blind is not None:
                     self.blind[(g.blind, g.role)] += y - x
             t = y
@@ -307,8 +316,10 @@ def median_step(job: JobLedger, steps: list[int]) -> int:
 def job_segments(built: Built, windows: dict[int, dict[int, tuple[int, int]]], split: bool = True,
                  missing: frozenset[int] = frozenset()) -> dict[int, dict[int, list[Seg]]]:
     """rank -> step -> labelled segments of every rank and step (of the present ranks: ``missing`` left out)."""
+    from traceread.simulate.span_truth import label
+
     model = LedgerModel(built, missing)
-    return {c.rank: {k: rank_segments(model, c, *windows[c.rank][k], k, split=split)
+    return {c.rank: {k: label(c, rank_segments(model, c, *windows[c.rank][k], k, split=split))
                      for k in built.knobs.step_numbers()} for c in built.sim.ranks if c.rank not in missing}
 
 
@@ -330,9 +341,16 @@ def missing_window_truth(built: Built, windows: dict[int, dict[int, tuple[int, i
     return win
 
 
+def span_rows(acc: Counter[tuple[str, str | None, int, str | None, str]]) -> list[dict[str, Any]]:
+    """{category, role, rank, family, span, us} rows of host time by covering span, sorted."""
+    return [{"category": c, "role": ro, "rank": r, "family": f, "span": sp, "us": _us(ns)}
+            for (c, ro, r, f, sp), ns in sorted(acc.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][4])) if ns]
+
+
 def ledger_truth(built: Built, windows: dict[int, dict[int, tuple[int, int]]]) -> tuple[
         dict[int, dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """(per-rank ``{ledger, ledger_local}``, job ``ledger`` of the median step, ``ledger_by_step``)."""
+    """(per-rank ``{ledger, ledger_local, ledger_spans}``, job ``ledger`` of the median step, ``ledger_by_step``
+    (each step with its ``spans``: host time on the critical path by covering span))."""
     steps = built.knobs.step_numbers()
     segs = job_segments(built, windows)
     local_all = job_segments(built, windows, split=False)
@@ -342,10 +360,22 @@ def ledger_truth(built: Built, windows: dict[int, dict[int, tuple[int, int]]]) -
         per_rank[ctx.rank] = {
             "ledger": {str(k): {key: _us(ns) for key, ns in ledger_ns(segs[ctx.rank][k]).items()} for k in steps},
             "ledger_local": {str(k): {key: _us(ns) for key, ns in ledger_ns(local[k]).items()} for k in steps},
+            "ledger_spans": {str(k): span_rows(_seg_spans(segs[ctx.rank][k], ctx.rank)) for k in steps},
         }
     job = JobLedger(segs, windows, built.knobs.ranks)
-    by_step = {str(k): job.step(k) for k in steps}
+    by_step = {}
+    for k in steps:
+        by_step[str(k)] = job.step(k)
+        by_step[str(k)]["spans"] = span_rows(job.spans)
     return per_rank, by_step[str(median_step(job, steps))], by_step
+
+
+def _seg_spans(segs: list[Seg], rank: int) -> Counter[tuple[str, str | None, int, str | None, str]]:
+    out: Counter[tuple[str, str | None, int, str | None, str]] = Counter()
+    for g in segs:
+        if g.span is not None:
+            out[(g.category, g.role, rank, g.family, g.span)] += g.t1 - g.t0
+    return out
 
 
 def window_truth(by_step: dict[str, dict[str, Any]], median: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +388,11 @@ def window_truth(by_step: dict[str, dict[str, Any]], median: dict[str, Any]) -> 
             acc[(p["category"], p["role"], p["rank"])] += round(p["us"] * 1000)
     n = len(by_step)
     rows = sorted(acc.items(), key=lambda kv: (CATEGORIES.index(kv[0][0]), kv[0][1] or "", kv[0][2]))
-    return {"steps": n, "total_us": _us(total), "mean_step_us": total / n / 1000.0,
+    spans: Counter[tuple[str, str | None, int, str | None, str]] = Counter()
+    for led in by_step.values():
+        for p in led.get("spans") or []:
+            spans[(p["category"], p["role"], p["rank"], p["family"], p["span"])] += round(p["us"] * 1000)
+    return {"spans": span_rows(spans),"steps": n, "total_us": _us(total), "mean_step_us": total / n / 1000.0,
             "median_step": median["step"], "median_step_us": median["step_us"],
             "parts": [{"category": c, "role": ro, "rank": r, "us": _us(ns)} for (c, ro, r), ns in rows if ns]}
 

@@ -10,7 +10,7 @@ attention, out-proj, residual add, LN, MLP with GELU, residual add) on bf16 acti
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from traceread.simulate import memory as mem
@@ -78,6 +78,12 @@ STREAM_TP = 17
 STREAM_EP = 19
 P2P_STREAMS = {"recv_act": 21, "send_act": 25, "recv_grad": 29, "send_grad": 33}
 SLOW_CAUSES = ("dataloader", "gc", "checkpoint")
+#: ``host_spans`` kinds: ``loader`` (inside the DataLoader span, half of it inside a ``dataset/decode``
+#: annotation), ``annotation`` (a ``record_function``), ``nested`` (an annotation, its second half inside
+#: an inner annotation), ``sync`` (an annotation, its second half inside ``aten::item`` →
+#: ``aten::_local_scalar_dense``), ``checkpoint`` (``checkpoint.save``), ``gc`` (a Python GC event),
+#: ``bare`` (no span at all: only ``ProfilerStep#N`` covers it).
+HOST_SPAN_KINDS = ("loader", "annotation", "nested", "sync", "checkpoint", "gc", "bare")
 TP_EVIDENCE = "activation all-reduce after attention and MLP of every layer, forward and backward"
 DP_EVIDENCE = "one gradient all-reduce per layer in backward, overlapping it"
 PP_EVIDENCE = "send/recv of activations and gradients between adjacent pipeline stages"
@@ -127,6 +133,9 @@ class Knobs:
     cp: int = 4  # cp: ranks per context-parallel ring
     ep_kernels: str = "nccl"  # moe: nccl (all_to_all_single) | renamed (an in-house DeepEP fork's kernels)
     host_jitter_us: float = 0.0  # every rank and step: a random host delay, uniform in [0, this) (noise, no straggler)
+    # host work inside recorded spans, at the start of a step (before the batch is copied, so the GPU waits):
+    # (rank, step (-1: every step), kind, µs); kinds in HOST_SPAN_KINDS (span_truth.py names what each records)
+    host_spans: list[tuple[int, int, str, float]] = field(default_factory=list)
 
     def per_node(self) -> int:
         """Ranks per node (consecutive blocks)."""
@@ -209,6 +218,12 @@ class Knobs:
             raise ValueError("--ep-kernels must be nccl or renamed")
         if self.host_jitter_us < 0:
             raise ValueError("--host-jitter-us must be >= 0")
+        for r, st, kind, us in self.host_spans:
+            if not 0 <= r < self.ranks or (st != -1 and st not in self.step_numbers()) or us < 0:
+                raise ValueError(f"host span ({r}, {st}, {kind}, {us}): rank outside 0..{self.ranks - 1}, step not "
+                                 f"-1 or one of {self.step_numbers()}, or negative time")
+            if kind not in HOST_SPAN_KINDS:
+                raise ValueError(f"host span kind {kind!r} must be one of {', '.join(HOST_SPAN_KINDS)}")
 
 
 @dataclass
@@ -232,9 +247,16 @@ def layer_params(h: int, tp: int = 1) -> int:
 
 def _step_open(ctx: RankCtx, k: Knobs, step: int, host_extra_ns: int, dl_extra_ns: int) -> GpuOp:
     """Data loader, any host-side delay, and the H2D copy of the token batch (int64 [B, S])."""
+    mine = [(kind, int(us * 1000)) for r, st, kind, us in k.host_spans if r == ctx.rank and st in (-1, step)]
     with ctx.op("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", cat="user_annotation",
                 pre=60_000, post=20_000):
         ctx.advance(dl_extra_ns + host_extra_ns)
+        for kind, ns in mine:
+            if kind == "loader":  # the dataset's own work: half bare, half inside its annotation
+                ctx.advance(ns // 2)
+                with ctx.op("dataset/decode", cat="user_annotation", pre=1_000, post=1_000):
+                    ctx.advance(ns - ns // 2)
+    _host_span_work(ctx, [(kind, ns) for kind, ns in mine if kind != "loader"])
     with ctx.op("aten::to", dims=[[k.batch, k.seq_len], [], [], [], []], types=["long int", "", "", "", ""],
                 concrete=["", "", "", "True", "False"], pre=3_000):
         with ctx.op("aten::_to_copy", dims=[[k.batch, k.seq_len], [], [], [], [], [], []],
@@ -242,6 +264,33 @@ def _step_open(ctx: RankCtx, k: Knobs, step: int, host_extra_ns: int, dl_extra_n
             with ctx.op("aten::copy_", dims=[[k.batch, k.seq_len], [k.batch, k.seq_len], []],
                         types=["long int", "long int", "Scalar"], pre=2_000):
                 return ctx.memcpy("HtoD", 8 * k.batch * k.seq_len, COMPUTE_STREAM)
+
+
+def _host_span_work(ctx: RankCtx, work: list[tuple[str, int]]) -> None:
+    """The ``host_spans`` knob's host work of this rank and step (kinds: :data:`HOST_SPAN_KINDS`)."""
+    for kind, ns in work:
+        if kind == "annotation":
+            with ctx.op("train/user_block", cat="user_annotation", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        elif kind in ("nested", "sync"):
+            with ctx.op("train/outer_block" if kind == "nested" else "train/report", cat="user_annotation",
+                        pre=1_000, post=1_000):
+                ctx.advance(ns // 2)
+                if kind == "nested":
+                    with ctx.op("train/inner_block", cat="user_annotation", pre=1_000, post=1_000):
+                        ctx.advance(ns - ns // 2)
+                else:
+                    with ctx.op("aten::item", dims=[[]], types=["float"], pre=1_000, post=1_000):
+                        with ctx.op("aten::_local_scalar_dense", dims=[[]], types=["float"], pre=1_000, post=1_000):
+                            ctx.advance(ns - ns // 2)
+        elif kind == "checkpoint":
+            with ctx.op("checkpoint.save", cat="user_annotation", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        elif kind == "gc":
+            with ctx.op("Python GC", cat="python_function", pre=1_000, post=1_000):
+                ctx.advance(ns)
+        else:  # bare: Python with nothing recorded
+            ctx.advance(ns)
 
 
 def _step_close(ctx: RankCtx, k: Knobs, loss_on_this_rank: bool = True) -> Program:
@@ -253,6 +302,48 @@ def _step_close(ctx: RankCtx, k: Knobs, loss_on_this_rank: bool = True) -> Progr
                 yield ctx.sync("cudaStreamSynchronize")
     else:
         yield ctx.sync("cudaDeviceSynchronize")
+
+
+def _profiled_steps(ctx: RankCtx, k: Knobs) -> Iterator[GpuOp]:
+    """The steps of a training program that opens each the same way: inside ``ProfilerStep#N``, the
+    data loader, host delays and the batch's H2D copy, which is yielded (the first layer waits for it);
+    the caller's step body runs while the step's annotation is open."""
+    for step in k.step_numbers():
+        ctx.step = step
+        host_extra, dl, _, _ = _host_delays(k, ctx.rank, step)
+        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
+            yield _step_open(ctx, k, step, host_extra, dl)
+
+
+def _adamw_after(ctx: RankCtx, em: Emitter, params: int, tensors: int, grads: list[GpuOp]) -> None:
+    """The optimizer step: the compute stream waits for the gradient collectives, then fused AdamW."""
+    ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
+    em.adamw(params, tensors=tensors)[0].waits.extend(grads)
+
+
+def layer_seqs(ctx: RankCtx, names: tuple[str, ...]) -> dict[str, int]:
+    """One sequence number per op of a layer, in order (backward ops reuse their forward's)."""
+    return {n: ctx.next_seq() for n in names}
+
+
+def ln_qkv(em: Emitter, m: int, h: int, s: dict[str, int], waits: list[GpuOp], tp: int = 1) -> None:
+    """A layer's LayerNorm (waiting for ``waits``) and fused QKV projection (no bias; 1/tp of the heads)."""
+    em.layer_norm(m, h, seq=s["ln"]).waits.extend(waits)
+    em.linear(m, h, 3 * h // tp, bias=False, seq=s["qkv"])
+
+
+def qkv_ln_backward(em: Emitter, m: int, h: int, s: dict[str, int]) -> None:
+    """The backward of :func:`ln_qkv` (tp = 1)."""
+    em.linear_backward(m, h, 3 * h, bias=False, seq=s["qkv"])
+    em.layer_norm_backward(m, h, seq=s["ln"])
+
+
+def mlp(em: Emitter, m: int, h: int, s: dict[str, int], tp: int = 1) -> GpuOp:
+    """A layer's second LayerNorm and dense MLP (fc1 4h/tp, GELU, fc2); the fc2 GEMM."""
+    em.layer_norm(m, h, seq=s["ln2"])
+    em.linear(m, h, 4 * h // tp, bias=True, seq=s["fc1"])
+    em.gelu(m, 4 * h // tp, seq=s["gelu"])
+    return em.linear(m, 4 * h // tp, h, bias=True, seq=s["fc2"])
 
 
 class Block:
@@ -511,10 +602,8 @@ def _ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
                                                    phase="comm"))
                         pending = []
             if k.optimizer:
-                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
                 shard = params_layer * k.layers // (n if k.comm == "fsdp" else 1)
-                opt = em.adamw(shard, tensors=k.layers * 8)
-                opt[0].waits.extend(comm_ops)
+                _adamw_after(ctx, em, shard, k.layers * 8, comm_ops)
             elif comm_ops:
                 _last_compute(ctx).waits.extend(comm_ops)
             yield from _step_close(ctx, k)
@@ -540,36 +629,30 @@ def _gloo_ddp_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup) -> Program:
     params_layer = layer_params(k.hidden)
     nb = max(1, min(k.buckets, k.layers))
     per_bucket = params_layer * k.layers // nb
-    for step in k.step_numbers():
-        ctx.step = step
-        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
-        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
-            h2d = _step_open(ctx, k, step, host_extra, dl)
-            blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
-            with ctx.op("DistributedDataParallel.forward", cat="user_annotation", pre=20_000):
-                for i, blk in enumerate(blocks):
-                    blk.forward([h2d] if i == 0 else [])
-                loss_seq = ctx.next_seq()
-                em.loss(m, k.hidden, seq=loss_seq)
-            with ctx.thread(ctx.autograd_tid):
-                em.loss_backward(m, k.hidden, seq=loss_seq)
-                for layer in reversed(range(k.layers)):
-                    blocks[layer].backward()
-            back: list[GpuOp] = []
-            for _ in range(nb):
-                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
-                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
-                    ctx.memcpy("DtoH", 2 * per_bucket, COMPUTE_STREAM, phase="comm")
-                    yield ctx.sync("cudaStreamSynchronize")
-                yield gloo_allreduce(ctx, dp, per_bucket)
-                with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
-                            types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
-                    back.append(ctx.memcpy("HtoD", 2 * per_bucket, COMPUTE_STREAM, phase="comm"))
-            if k.optimizer:
-                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
-                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
-                opt[0].waits.extend(back)
-            yield from _step_close(ctx, k)
+    for h2d in _profiled_steps(ctx, k):
+        blocks = [Block(em, k, m, k.batch) for _ in range(k.layers)]
+        with ctx.op("DistributedDataParallel.forward", cat="user_annotation", pre=20_000):
+            for i, blk in enumerate(blocks):
+                blk.forward([h2d] if i == 0 else [])
+            loss_seq = ctx.next_seq()
+            em.loss(m, k.hidden, seq=loss_seq)
+        with ctx.thread(ctx.autograd_tid):
+            em.loss_backward(m, k.hidden, seq=loss_seq)
+            for layer in reversed(range(k.layers)):
+                blocks[layer].backward()
+        back: list[GpuOp] = []
+        for _ in range(nb):
+            with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                        types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                ctx.memcpy("DtoH", 2 * per_bucket, COMPUTE_STREAM, phase="comm")
+                yield ctx.sync("cudaStreamSynchronize")
+            yield gloo_allreduce(ctx, dp, per_bucket)
+            with ctx.op("aten::copy_", dims=[[per_bucket], [per_bucket], []],
+                        types=["c10::BFloat16", "c10::BFloat16", "Scalar"]):
+                back.append(ctx.memcpy("HtoD", 2 * per_bucket, COMPUTE_STREAM, phase="comm"))
+        if k.optimizer:
+            _adamw_after(ctx, em, params_layer * k.layers, k.layers * 8, back)
+        yield from _step_close(ctx, k)
 
 
 def build_gloo_host(k: Knobs) -> Built:
@@ -614,29 +697,23 @@ def _tp_program(ctx: RankCtx, k: Knobs, tp_pg: ProcessGroup, dp_pg: ProcessGroup
     m = k.batch * k.seq_len
     params_layer = layer_params(k.hidden, k.tp)
     dp_n = len(dp_pg.ranks)
-    for step in k.step_numbers():
-        ctx.step = step
-        host_extra, dl, gc, ck = _host_delays(k, ctx.rank, step)
-        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
-            h2d = _step_open(ctx, k, step, host_extra, dl)
-            blocks = [Block(em, k, m, k.batch, k.tp, tp_pg) for _ in range(k.layers)]
-            for i, blk in enumerate(blocks):
-                blk.forward([h2d] if i == 0 else None)
-            loss_seq = ctx.next_seq()
-            em.loss(m, k.hidden, seq=loss_seq)
-            comm_ops: list[GpuOp] = []
-            with ctx.thread(ctx.autograd_tid):
-                em.loss_backward(m, k.hidden, seq=loss_seq)
-                for layer in reversed(range(k.layers)):
-                    blocks[layer].backward()
-                    if dp_n > 1:
-                        comm_ops.append(collective(ctx, dp_pg, "allreduce", params_layer,
-                                                   waits=[_last_compute(ctx)], phase="comm"))
-            if k.optimizer:
-                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
-                opt = em.adamw(params_layer * k.layers, tensors=k.layers * 8)
-                opt[0].waits.extend(comm_ops)
-            yield from _step_close(ctx, k)
+    for h2d in _profiled_steps(ctx, k):
+        blocks = [Block(em, k, m, k.batch, k.tp, tp_pg) for _ in range(k.layers)]
+        for i, blk in enumerate(blocks):
+            blk.forward([h2d] if i == 0 else None)
+        loss_seq = ctx.next_seq()
+        em.loss(m, k.hidden, seq=loss_seq)
+        comm_ops: list[GpuOp] = []
+        with ctx.thread(ctx.autograd_tid):
+            em.loss_backward(m, k.hidden, seq=loss_seq)
+            for layer in reversed(range(k.layers)):
+                blocks[layer].backward()
+                if dp_n > 1:
+                    comm_ops.append(collective(ctx, dp_pg, "allreduce", params_layer,
+                                               waits=[_last_compute(ctx)], phase="comm"))
+        if k.optimizer:
+            _adamw_after(ctx, em, params_layer * k.layers, k.layers * 8, comm_ops)
+        yield from _step_close(ctx, k)
 
 
 def build_tp(k: Knobs, scenario: str = "tp") -> Built:
@@ -851,60 +928,50 @@ def _moe_program(ctx: RankCtx, k: Knobs, dp: ProcessGroup, ep: ProcessGroup,
     hot = k.hot_rank if k.hot_rank is not None else min(3, k.ranks - 1)
     tokens = int(m * (k.hot_factor if ctx.rank == hot else 1.0))
     dense = 4 * h * h + h + 4 * h
-    for step in k.step_numbers():
-        ctx.step = step
-        host_extra, dl, _, _ = _host_delays(k, ctx.rank, step)
-        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
-            h2d = _step_open(ctx, k, step, host_extra, dl)
-            seqs: list[dict[str, int]] = []
-            for layer in range(k.layers):
-                s = {n: ctx.next_seq() for n in ("ln", "qkv", "attn", "proj", "router", "fc1", "gelu", "fc2")}
-                seqs.append(s)
-                first = em.layer_norm(m, h, seq=s["ln"])
-                if layer == 0:
-                    first.waits.append(h2d)
-                em.linear(m, h, 3 * h, bias=False, seq=s["qkv"])
-                em.sdpa(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
-                em.linear(m, h, h, bias=True, seq=s["proj"])
-                em.add_(m, h)
-                last = em.linear(m, h, n_exp, bias=False, seq=s["router"])
-                with ctx.op("moe.dispatch", cat="user_annotation", pre=4_000):
-                    disp = exchange(ctx, ep, m * h, [last], "dispatch")
-                fc1 = em.linear(tokens, h, 4 * h, bias=True, seq=s["fc1"])
-                fc1.waits.append(disp)
-                em.gelu(tokens, 4 * h, seq=s["gelu"])
-                last = em.linear(tokens, 4 * h, h, bias=True, seq=s["fc2"])
-                with ctx.op("moe.combine", cat="user_annotation", pre=4_000):
-                    comb = exchange(ctx, ep, m * h, [last], "combine")
-                em.add_(m, h).waits.append(comb)
-            loss_seq = ctx.next_seq()
-            em.loss(m, h, seq=loss_seq)
-            grads: list[GpuOp] = []
-            with ctx.thread(ctx.autograd_tid):
-                em.loss_backward(m, h, seq=loss_seq)
-                for layer in reversed(range(k.layers)):
-                    s = seqs[layer]
-                    with ctx.op("moe.combine_backward", cat="user_annotation", pre=4_000):
-                        g_comb = exchange(ctx, ep, m * h, [_last_compute(ctx)], "dispatch")
-                    first = em.linear_backward(tokens, 4 * h, h, bias=True, seq=s["fc2"])[0]
-                    first.waits.append(g_comb)
-                    em.gelu_backward(tokens, 4 * h, seq=s["gelu"])
-                    em.linear_backward(tokens, h, 4 * h, bias=True, seq=s["fc1"])
-                    with ctx.op("moe.dispatch_backward", cat="user_annotation", pre=4_000):
-                        g_disp = exchange(ctx, ep, m * h, [_last_compute(ctx)], "combine")
-                    em.linear_backward(m, h, n_exp, bias=False, seq=s["router"])[0].waits.append(g_disp)
-                    em.linear_backward(m, h, h, bias=True, seq=s["proj"])
-                    em.sdpa_backward(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
-                    em.linear_backward(m, h, 3 * h, bias=False, seq=s["qkv"])
-                    em.layer_norm_backward(m, h, seq=s["ln"])
-                    grads.append(collective(ctx, dp, "allreduce", dense, waits=[_last_compute(ctx)]))
-            if k.optimizer:
-                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
-                opt = em.adamw((dense + 8 * h * h) * k.layers, tensors=k.layers * 10)
-                opt[0].waits.extend(grads)
-            else:
-                _last_compute(ctx).waits.extend(grads)
-            yield from _step_close(ctx, k)
+    for h2d in _profiled_steps(ctx, k):
+        seqs: list[dict[str, int]] = []
+        for layer in range(k.layers):
+            s = layer_seqs(ctx, ("ln", "qkv", "attn", "proj", "router", "fc1", "gelu", "fc2"))
+            seqs.append(s)
+            ln_qkv(em, m, h, s, [h2d] if layer == 0 else [])
+            em.sdpa(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
+            em.linear(m, h, h, bias=True, seq=s["proj"])
+            em.add_(m, h)
+            last = em.linear(m, h, n_exp, bias=False, seq=s["router"])
+            with ctx.op("moe.dispatch", cat="user_annotation", pre=4_000):
+                disp = exchange(ctx, ep, m * h, [last], "dispatch")
+            fc1 = em.linear(tokens, h, 4 * h, bias=True, seq=s["fc1"])
+            fc1.waits.append(disp)
+            em.gelu(tokens, 4 * h, seq=s["gelu"])
+            last = em.linear(tokens, 4 * h, h, bias=True, seq=s["fc2"])
+            with ctx.op("moe.combine", cat="user_annotation", pre=4_000):
+                comb = exchange(ctx, ep, m * h, [last], "combine")
+            em.add_(m, h).waits.append(comb)
+        loss_seq = ctx.next_seq()
+        em.loss(m, h, seq=loss_seq)
+        grads: list[GpuOp] = []
+        with ctx.thread(ctx.autograd_tid):
+            em.loss_backward(m, h, seq=loss_seq)
+            for layer in reversed(range(k.layers)):
+                s = seqs[layer]
+                with ctx.op("moe.combine_backward", cat="user_annotation", pre=4_000):
+                    g_comb = exchange(ctx, ep, m * h, [_last_compute(ctx)], "dispatch")
+                first = em.linear_backward(tokens, 4 * h, h, bias=True, seq=s["fc2"])[0]
+                first.waits.append(g_comb)
+                em.gelu_backward(tokens, 4 * h, seq=s["gelu"])
+                em.linear_backward(tokens, h, 4 * h, bias=True, seq=s["fc1"])
+                with ctx.op("moe.dispatch_backward", cat="user_annotation", pre=4_000):
+                    g_disp = exchange(ctx, ep, m * h, [_last_compute(ctx)], "combine")
+                em.linear_backward(m, h, n_exp, bias=False, seq=s["router"])[0].waits.append(g_disp)
+                em.linear_backward(m, h, h, bias=True, seq=s["proj"])
+                em.sdpa_backward(k.batch, k.heads, k.seq_len, h // k.heads, causal=True, seq=s["attn"])
+                qkv_ln_backward(em, m, h, s)
+                grads.append(collective(ctx, dp, "allreduce", dense, waits=[_last_compute(ctx)]))
+        if k.optimizer:
+            _adamw_after(ctx, em, (dense + 8 * h * h) * k.layers, k.layers * 10, grads)
+        else:
+            _last_compute(ctx).waits.extend(grads)
+        yield from _step_close(ctx, k)
 
 
 def build_moe(k: Knobs) -> Built:

@@ -25,15 +25,19 @@ from traceread.simulate.scenarios import (
     STREAM_TP,
     Built,
     Knobs,
+    _adamw_after,
     _apply_gpu_stragglers,
-    _host_delays,
     _last_compute,
     _moe_program,
     _new_sim,
+    _profiled_steps,
     _step_close,
-    _step_open,
     build,
     layer_params,
+    layer_seqs,
+    ln_qkv,
+    mlp,
+    qkv_ln_backward,
 )
 from traceread.simulate.schedule import CommInfo, GpuOp, KernelSpec, Program, RankCtx, Simulation, comms_id
 
@@ -103,50 +107,38 @@ def _cp_program(ctx: RankCtx, k: Knobs, cp: ProcessGroup, dp: ProcessGroup) -> P
     h = k.hidden
     m = k.batch * (k.seq_len // len(cp.ranks))
     params_layer = layer_params(h)
-    for step in k.step_numbers():
-        ctx.step = step
-        host_extra, dl, _, _ = _host_delays(k, ctx.rank, step)
-        with ctx.op(f"ProfilerStep#{step}", cat="user_annotation", pre=15_000, post=10_000):
-            h2d = _step_open(ctx, k, step, host_extra, dl)
-            seqs: list[dict[str, int]] = []
-            for layer in range(k.layers):
-                s = {x: ctx.next_seq() for x in ("ln", "qkv", "attn", "proj", "ln2", "fc1", "gelu", "fc2")}
-                seqs.append(s)
-                first = em.layer_norm(m, h, seq=s["ln"])
-                if layer == 0:
-                    first.waits.append(h2d)
-                em.linear(m, h, 3 * h, bias=False, seq=s["qkv"])
-                _ring_attention(ctx, em, k, cp, layer, False, s["attn"])
-                em.linear(m, h, h, bias=True, seq=s["proj"])
-                em.add_(m, h)
-                em.layer_norm(m, h, seq=s["ln2"])
-                em.linear(m, h, 4 * h, bias=True, seq=s["fc1"])
-                em.gelu(m, 4 * h, seq=s["gelu"])
-                em.linear(m, 4 * h, h, bias=True, seq=s["fc2"])
-                em.add_(m, h)
-            loss_seq = ctx.next_seq()
-            em.loss(m, h, seq=loss_seq)
-            grads: list[GpuOp] = []
-            with ctx.thread(ctx.autograd_tid):
-                em.loss_backward(m, h, seq=loss_seq)
-                for layer in reversed(range(k.layers)):
-                    s = seqs[layer]
-                    em.linear_backward(m, 4 * h, h, bias=True, seq=s["fc2"])
-                    em.gelu_backward(m, 4 * h, seq=s["gelu"])
-                    em.linear_backward(m, h, 4 * h, bias=True, seq=s["fc1"])
-                    em.layer_norm_backward(m, h, seq=s["ln2"])
-                    em.linear_backward(m, h, h, bias=True, seq=s["proj"])
-                    _ring_attention(ctx, em, k, cp, layer, True, s["attn"])
-                    em.linear_backward(m, h, 3 * h, bias=False, seq=s["qkv"])
-                    em.layer_norm_backward(m, h, seq=s["ln"])
-                    if len(dp.ranks) > 1:
-                        grads.append(collective(ctx, dp, "allreduce", params_layer, waits=[_last_compute(ctx)]))
-            if k.optimizer:
-                ctx.runtime("cudaStreamWaitEvent", 147, 1_500)
-                em.adamw(params_layer * k.layers, tensors=k.layers * 8)[0].waits.extend(grads)
-            elif grads:
-                _last_compute(ctx).waits.extend(grads)
-            yield from _step_close(ctx, k)
+    for h2d in _profiled_steps(ctx, k):
+        seqs: list[dict[str, int]] = []
+        for layer in range(k.layers):
+            s = layer_seqs(ctx, ("ln", "qkv", "attn", "proj", "ln2", "fc1", "gelu", "fc2"))
+            seqs.append(s)
+            ln_qkv(em, m, h, s, [h2d] if layer == 0 else [])
+            _ring_attention(ctx, em, k, cp, layer, False, s["attn"])
+            em.linear(m, h, h, bias=True, seq=s["proj"])
+            em.add_(m, h)
+            mlp(em, m, h, s)
+            em.add_(m, h)
+        loss_seq = ctx.next_seq()
+        em.loss(m, h, seq=loss_seq)
+        grads: list[GpuOp] = []
+        with ctx.thread(ctx.autograd_tid):
+            em.loss_backward(m, h, seq=loss_seq)
+            for layer in reversed(range(k.layers)):
+                s = seqs[layer]
+                em.linear_backward(m, 4 * h, h, bias=True, seq=s["fc2"])
+                em.gelu_backward(m, 4 * h, seq=s["gelu"])
+                em.linear_backward(m, h, 4 * h, bias=True, seq=s["fc1"])
+                em.layer_norm_backward(m, h, seq=s["ln2"])
+                em.linear_backward(m, h, h, bias=True, seq=s["proj"])
+                _ring_attention(ctx, em, k, cp, layer, True, s["attn"])
+                qkv_ln_backward(em, m, h, s)
+                if len(dp.ranks) > 1:
+                    grads.append(collective(ctx, dp, "allreduce", params_layer, waits=[_last_compute(ctx)]))
+        if k.optimizer:
+            _adamw_after(ctx, em, params_layer * k.layers, k.layers * 8, grads)
+        elif grads:
+            _last_compute(ctx).waits.extend(grads)
+        yield from _step_close(ctx, k)
 
 
 def build_cp(k: Knobs) -> Built:
@@ -237,19 +229,13 @@ def _serving_program(ctx: RankCtx, k: Knobs, tp: ProcessGroup) -> Program:
             last: GpuOp | None = None
             s_q = k.seq_len if kind == "prefill" else 1
             for _layer in range(k.layers):
-                s = {x: ctx.next_seq() for x in ("ln", "qkv", "attn", "proj", "ln2", "fc1", "gelu", "fc2")}
-                first = em.layer_norm(tokens, h, seq=s["ln"])
-                if last is not None:
-                    first.waits.append(last)
-                em.linear(tokens, h, 3 * h // t, bias=False, seq=s["qkv"])
+                s = layer_seqs(ctx, ("ln", "qkv", "attn", "proj", "ln2", "fc1", "gelu", "fc2"))
+                ln_qkv(em, tokens, h, s, [last] if last is not None else [], t)
                 em.sdpa(requests, k.heads // t, s_q, h // k.heads, causal=(kind == "prefill"), seq=s["attn"])
                 proj = em.linear(tokens, h // t, h, bias=True, seq=s["proj"])
                 ar = _engine_allreduce(ctx, tp, tokens * h, [proj])
                 em.add_(tokens, h).waits.append(ar)
-                em.layer_norm(tokens, h, seq=s["ln2"])
-                em.linear(tokens, h, 4 * h // t, bias=True, seq=s["fc1"])
-                em.gelu(tokens, 4 * h // t, seq=s["gelu"])
-                fc2 = em.linear(tokens, 4 * h // t, h, bias=True, seq=s["fc2"])
+                fc2 = mlp(em, tokens, h, s, t)
                 ar = _engine_allreduce(ctx, tp, tokens * h, [fc2])
                 last = em.add_(tokens, h)
                 last.waits.append(ar)

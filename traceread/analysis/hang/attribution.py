@@ -284,12 +284,30 @@ def attribute(dumps: Mapping[int, RankDump], world: int | None = None) -> Attrib
                 st_h = ranks.get(h)
                 if h not in culprits and st_h is not None and st_h.pending and not st_h.inside:
                     culprits[h] = _terminal(h, s, st_h, groups)
+    for h, c in _stopped_behind_peers(stuck, ranks).items():  # its own record lags its peers': it stopped
+        culprits.setdefault(h, c)
+    named_in_place: set[tuple[str, int]] = set()
+    for s in stuck.values():  # everyone is in it; the member the job also waits for elsewhere is the one
+        if s.waiting and not s.behind and not s.done and not s.mismatch_ranks and not _cpu(s.group):
+            alone = [w for w in s.waiting if w in held and w not in culprits]
+            if alone and len(alone) < len(s.waiting):
+                named_in_place.add(s.key)
+                for w in alone:
+                    others = sorted({x.what() for x in held[w]})
+                    culprits[w] = Culprit(
+                        w, "gpu_stopped", s,
+                        f"GPU most likely stopped: every member of {s.what()} is in it and none completes, and of "
+                        "its members "
+                        f"only rank {w} is also missing from {others[0]}" + (f" (+{len(others) - 1} more)" if
+                                                                            len(others) > 1 else "")
+                        + f"; ranks {runs(s.waiting)} are in {s.what()}",
+                        [_stateless_note(ranks[w])] if _stateless(ranks[w]) else [])
     for comp in _cycles(edges, set(culprits)):
         for c in _order_deviants(comp, edges, ranks, groups):
             culprits.setdefault(c.rank, c)
     unexplained: list[Stuck] = []
     for s in stuck.values():
-        if s.behind or not s.waiting:
+        if s.behind or not s.waiting or s.done or s.key in named_in_place:
             continue
         if s.mismatch_ranks:
             for r in s.mismatch_ranks:
@@ -401,6 +419,56 @@ def _terminal(h: int, s: Stuck, st: _Rank | None, groups: Mapping[str, Group]) -
                    f"GPU stopped: its host enqueued {head.op} #{head.seq} on {hg.label() if hg else 'pg ' + head.pg} "
                    f"but its GPU never started it" + (f" ({n_more} more queued behind it)" if n_more else "")
                    + (f"; ranks {runs(s.waiting)} wait in {what}" if s.waiting else ""))
+
+
+def _cpu(g: Group) -> bool:
+    """A gloo-like group (its members' views say so): the calling thread is in the op, there is no GPU queue."""
+    return any(v.backend in GLOO_LIKE for v in g.views.values())
+
+
+def _stateless(st: _Rank) -> bool:
+    """Whether every entry of the rank's NCCL dump is ``scheduled`` (no start, no completion recorded)."""
+    ops = [o for v in st.dump.groups.values() for o in v.pending + v.recent]
+    return bool(ops) and all(o.state == "scheduled" and o.backend not in GLOO_LIKE for o in ops)
+
+
+def _stateless_note(st: _Rank) -> str:
+    return ("its Flight Recorder entries carry no state beyond 'scheduled' (torch records an op without CUDA events "
+            "inside a coalescing group or under graph capture, and leaves the state as it was when querying an event "
+            "fails on a faulted GPU): completion comes from pg_status and the peers' records")
+
+
+def _stopped_behind_peers(stuck: Mapping[tuple[str, int], Stuck], ranks: Mapping[int, _Rank]) -> dict[int, Culprit]:
+    """Ranks whose own record shows a collective never completing that a peer in the group completed.
+
+    On a GPU backend a collective completes on every member or on none, so a member that enqueued it and
+    never saw it complete while a peer went past it is not waiting for anyone: its GPU (or the watchdog
+    that polls its CUDA events) stopped. Gloo is left out: its ``pg_status`` lags by design.
+    Each such rank is named once, at the collective earliest in its own queue."""
+    found: dict[int, tuple[int, Stuck]] = {}
+    for s in stuck.values():
+        if not s.done or _cpu(s.group):
+            continue
+        lagging = list(s.waiting) + [r for r, why in s.behind.items() if why in ("busy", "not_started")]
+        for r in lagging:
+            st = ranks.get(r)
+            o = _entry_at(s.group.views.get(r), s.seq)
+            order = o.record_id if o is not None else 1 << 62
+            if st is not None and (r not in found or order < found[r][0]):
+                found[r] = (order, s)
+    out: dict[int, Culprit] = {}
+    for r, (_order, s) in sorted(found.items()):
+        ahead = {m: s.group.views[m] for m in s.done if m in s.group.views}
+        far = max((v.completed for v in ahead.values()), default=s.seq)
+        peers = sorted(ahead)
+        beyond = far - s.seq
+        detail = (f"GPU stopped: its record shows {s.what()} never completing while rank{'s' if len(peers) > 1 else ''} "
+                  f"{runs(peers)} completed it" + (f" and {beyond} more collective{'s' if beyond > 1 else ''} after it "
+                                                    f"(to #{far})" if beyond > 0 else ""))
+        detail += f"; a collective completes on every member or on none, so its GPU stopped after {s.what()} ran"
+        ev = [_stateless_note(ranks[r])] if _stateless(ranks[r]) else []
+        out[r] = Culprit(r, "gpu_stopped", s, detail, ev)
+    return out
 
 
 def _causes(s: Stuck, edges: dict[int, dict[int, Stuck]], culprits: Mapping[int, Culprit]) -> set[int]:

@@ -101,7 +101,13 @@ def _world(src: HangSources) -> int | None:
 def _group_json(s: Stuck) -> HangGroup:
     g = s.group
     note = None
-    if not s.behind and s.waiting and not s.mismatch:
+    if s.done and (s.waiting or s.behind):
+        past = sorted(s.done)
+        note = f"{_plural(past, 'rank', 'ranks')} completed it and went past it"
+        if not any(v.backend in ("gloo", "mpi", "ucc") for v in g.views.values()):
+            note += (": it completed, so the members whose record never shows it complete are not waiting for "
+                     "anyone (their GPU stopped)")
+    elif not s.behind and s.waiting and not s.mismatch:
         note = "every member is in it and none completes"
         if any(v.backend not in ("gloo", "mpi", "ucc") and not v.timing for v in g.views.values()):
             note += ("; Flight Recorder recorded no start events, so it cannot tell which GPU never started it "
@@ -115,7 +121,7 @@ def _group_json(s: Stuck) -> HangGroup:
         pg=g.pg, desc=g.desc, role=g.role, role_from=g.role_why, op=s.ref.op if s.ref else "unknown", seq=s.seq,
         sizes=s.ref.sizes if s.ref else "", dtype=s.ref.dtypes if s.ref else "", members=len(g.members),
         waiting=list(s.waiting), behind=behind, culprits=list(s.causes), enqueued_at=s.ref.where if s.ref else None,
-        first=s.first, mismatch=list(s.mismatch), note=note)
+        first=s.first, mismatch=list(s.mismatch), note=note, done=sorted(s.done))
 
 
 def _culprit_line(c: Culprit) -> str:
@@ -134,8 +140,9 @@ def _culprit_line(c: Culprit) -> str:
     if c.why == "no_dump":
         return f"Rank {c.rank} never joined {what} and left no Flight Recorder dump (stopped or dead){tail}."
     if c.why == "gpu_stopped":
-        first = c.detail.split(";")[0].removeprefix("GPU stopped: ")
-        return f"Rank {c.rank}'s GPU stopped: {first}{tail}."
+        likely = c.detail.startswith("GPU most likely stopped: ")  # inferred: no member completed it
+        first = c.detail.split(";")[0].removeprefix("GPU stopped: ").removeprefix("GPU most likely stopped: ")
+        return f"Rank {c.rank}'s GPU {'most likely ' if likely else ''}stopped: {first}{tail}."
     if c.why == "out_of_order":
         return f"Rank {c.rank} {c.detail}."
     return f"Rank {c.rank}: collective mismatch: {c.detail}."
@@ -314,7 +321,7 @@ def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis |
 
     ``run_dir``: a run folder, any folder holding dumps (flat or nested), or one dump file.
     """
-    src = load_sources(run_dir, workers)
+    src = load_sources(_latest_attempt(Path(run_dir)), workers)
     world = _world(src)
     attribution = None
     fr = _from_fr(src, world) if src.fr else None
@@ -359,6 +366,20 @@ def diagnose(run_dir: str | Path, workers: int | None = None) -> HangDiagnosis |
         entry["evidence"].append(f"… and {len(src.problems) - MAX_LISTED} more unreadable files")
     return HangDiagnosis(entry=entry, headline=headline(entry, calls, inferred=inferred), sources=src,
                          attribution=attribution)
+
+
+def _latest_attempt(run_dir: Path) -> Path:
+    """The folder of the latest torchrun attempt that left hang evidence (``RUN/attempts/attempt{K}``: its
+    dumps, stacks or errors), else ``run_dir`` itself (attempt 0, or no restart)."""
+    from traceread.analysis.hang.failure import attempt_folders
+
+    if not run_dir.is_dir() or not (run_dir / "attempts").is_dir():
+        return run_dir
+    for _k, folder in reversed(attempt_folders(run_dir)[1:]):
+        if any(any(f.stat().st_size for f in (folder / sub).glob("*") if f.is_file())
+               for sub in ("fr", "stacks", "errors") if (folder / sub).is_dir()):
+            return folder
+    return run_dir
 
 
 def diagnose_hang(run_dir: Path, workers: int | None = None) -> HangEntry | None:
@@ -451,7 +472,8 @@ def headline(entry: HangEntry, calls: dict[int, str] | None = None, *, inferred:
     if culprits:
         lines = culprit_lines(culprits)
         return " ".join(lines[:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
-    groups = [g for g in entry.get("groups") or [] if g.get("note")] or entry.get("groups") or []
+    stuck_in = [g for g in entry.get("groups") or [] if g.get("waiting")]
+    groups = [g for g in stuck_in if str(g.get("note") or "").startswith("every member")] or stuck_in
     if groups:
         g = groups[0]
         what = f"{g['op']} #{g['seq']} on pg {g['pg']} ({g.get('role')}" + (

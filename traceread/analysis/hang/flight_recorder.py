@@ -557,6 +557,8 @@ def summarize(raw: dict[str, Any], path: str, fmt: str, rank: int | None) -> Ran
     for o in ops:
         by_pg.setdefault(o.pg, []).append(o)
     gloo_like = set(backends) <= {"gloo", "mpi", "ucc"} and not comm
+    if not gloo_like and ops and not any(o.started or o.completed for o in ops):
+        _p2p_done_from_status(status, id_to_name, by_pg)
     for key, (enq_st, start_st, comp_st) in status.items():
         pg_name = id_to_name.get(key)
         if pg_name is None:
@@ -605,6 +607,24 @@ def _split_cached(name: Any) -> tuple[str, str, str]:
         if len(_SPLITS) < 4096:
             _SPLITS[name] = hit
     return hit
+
+
+def _p2p_done_from_status(status: dict[str, tuple[int, int, int]], id_to_name: dict[str, str],
+                          by_pg: dict[str, list[Op]]) -> None:
+    """A dump whose every entry is ``scheduled`` (no CUDA event was queried: ops recorded in a coalescing
+    group, or a failed query) says nothing per entry; for collectives ``pg_status`` gives the last completed
+    seq, but a send/recv would look pending forever. torch writes a p2p work's seq into ``pg_status``, so in a
+    group that holds only p2p entries, those up to its last completed seq completed; in any group whose last
+    completed equals its last enqueued, everything did."""
+    for key, (enq_st, _start_st, comp_st) in status.items():
+        mine = by_pg.get(id_to_name.get(key, ""), [])
+        if not mine or comp_st < 0:
+            continue
+        everything = comp_st >= enq_st >= 0
+        only_p2p = all(o.is_p2p for o in mine)
+        for o in mine:
+            if o.is_p2p and (everything or (only_p2p and 0 <= o.seq <= comp_st)):
+                o.completed = True
 
 
 def _fold(g: GroupView, mine: list[Op]) -> None:

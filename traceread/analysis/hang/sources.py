@@ -29,6 +29,7 @@ from traceread.analysis.hang.nccl_log import find_nccl_logs, looks_like_nccl_log
 from traceread.analysis.hang.stack_dumps import RankStack, read_stack_file
 from traceread.errors import TraceFileError, TraceReadError
 from traceread.read.jsonfile import load_json_object, plausible_rank, plausible_world_size
+from traceread.read.rank_prefix import leading_rank_prefix
 
 #: The end of each log read for the "Root Cause" block and each rank's last line.
 LOG_TAIL_BYTES = 1 << 20
@@ -39,7 +40,6 @@ LOG_PARSE_HEAD = 2 << 20
 MAX_WORLD = 1 << 20
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
 _RC_RANK = re.compile(r"rank\s*:\s*(\d+)")
-_LINE_RANK = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?(.*)$")
 _STACK_NAMES = re.compile(r"stack|traceback|py-?spy", re.I)
 _LOG_NAMES = (".log", ".txt", ".out", ".err")
 
@@ -242,9 +242,9 @@ def _log_tails(logs: list[Path], problems: list[str]) -> tuple[int | None, dict[
                     if m:
                         root_cause = int(m.group(1))
                         break
-            m = _LINE_RANK.match(line)
-            if m and m.group(2).strip():
-                last[int(m.group(1))] = m.group(2).strip()[:300]
+            pre = leading_rank_prefix(line)
+            if pre and pre.rest.strip():
+                last[pre.rank] = pre.rest.strip()[:300]
             elif file_rank is not None and line.strip():
                 last[file_rank] = line.strip()[:300]
     return root_cause, last

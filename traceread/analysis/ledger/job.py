@@ -44,6 +44,7 @@ import numpy as np
 import polars as pl
 
 from traceread.analysis.ledger.rank import CATEGORIES
+from traceread.fmt import NO_MARKER_STEP
 from traceread.report_schema import Ledger, LedgerPart, RankLedger
 
 RoleOf = Callable[[str | None], str]
@@ -63,6 +64,8 @@ class RankSegs:
     role: list[str | None]
     peer: np.ndarray  # comm_wait: the late peer's rank, else -1
     blind: np.ndarray | None = None  # comm_transfer of a collective with a member whose trace is missing: that rank, else -1
+    span: list[str | None] | None = None  # host time: the recorded span covering it (host_spans), else None
+    family: list[str | None] | None = None  # that span's family
 
     def shift_to(self, other: RankSegs) -> int:
         """ns to add to a time of this rank to get the same aligned instant on ``other``'s ns."""
@@ -187,14 +190,20 @@ def finalise_rank(rank: int, segs: pl.DataFrame, offset_us: float, arrivals: pl.
     order = np.argsort(s_all, kind="stable")
     cat_all = np.concatenate([w_cat, r_cat[keep]])[order]
     role_all = np.concatenate([role[wait], r_role[keep]])[order]
+    spans = fams = None
+    if "span" in segs.columns and segs["span"].is_not_null().any():
+        none = np.full(int(wait.sum()), None, dtype=object)
+        spans = np.concatenate([none, np.array(segs["span"].to_list(), dtype=object)[keep]])[order].tolist()
+        fams = np.concatenate([none, np.array(segs["family"].to_list(), dtype=object)[keep]])[order].tolist()
     return RankSegs(rank, base, offset_us, np.concatenate([step[wait], step[keep]])[order], s_all[order],
                     np.concatenate([cut[wait], end[keep]])[order], cat_all.tolist(), role_all.tolist(),
                     np.concatenate([w_peer, np.full(int(keep.sum()), -1, np.int64)])[order],
                     np.concatenate([np.full(int(wait.sum()), -1, np.int64),
-                                    np.where(is_comm & ~pp, miss, -1)[keep]])[order])
+                                    np.where(is_comm & ~pp, miss, -1)[keep]])[order], spans, fams)
 
 
 Key = tuple[str, str | None, int]  # (category, role, rank)
+SpanKey = tuple[str, str | None, int, str | None, str]  # (category, role, rank, family, span)
 
 #: Categories that are communication: on a late peer they are its collective's time, not its own work.
 COMM_CATEGORIES = frozenset({"comm_transfer", "comm_wait", "bubble"})
@@ -218,6 +227,7 @@ class _Walk:
     acc: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
     waits: dict[tuple[int, str | None], int] = field(default_factory=lambda: defaultdict(int))
     blind: dict[tuple[int, str | None], int] = field(default_factory=lambda: defaultdict(int))
+    spans: dict[SpanKey, int] = field(default_factory=lambda: defaultdict(int))
 
 
 def _expand(ranks: dict[int, RankSegs], r: int, t0: int, t1: int, depth: int, w: _Walk,
@@ -237,6 +247,8 @@ def _expand(ranks: dict[int, RankSegs], r: int, t0: int, t1: int, depth: int, w:
                 _fill_gap(ranks[p], a + sh, b + sh, r, rs.role[i], w.acc)
             else:
                 w.acc[(rs.category[i], rs.role[i], r)] += b - a
+                if rs.span is not None and rs.span[i] is not None:
+                    w.spans[(rs.category[i], rs.role[i], r, (rs.family or [None] * len(rs.span))[i], str(rs.span[i]))] += b - a
                 if via is not None:
                     w.waits[via] += b - a
                 if rs.blind is not None and rs.blind[i] >= 0:
@@ -264,6 +276,14 @@ def _parts(acc: dict[Key, int]) -> list[LedgerPart]:
     return [{"category": c, "role": role, "rank": rank, "us": v / 1000.0} for (c, role, rank), v in items]
 
 
+def _span_parts(spans: dict[SpanKey, int]) -> list[dict[str, Any]]:
+    """The span breakdown of parts: {category, role, rank, family, span, us}, largest first (time of a
+    part no span covers is the part less these)."""
+    items = sorted(((k, v) for k, v in spans.items() if v > 0), key=lambda kv: (-kv[1], kv[0][2], kv[0][4]))
+    return [{"category": c, "role": role, "rank": rank, "family": fam, "span": sp, "us": v / 1000.0}
+            for (c, role, rank, fam, sp), v in items]
+
+
 def _rank_step(rs: RankSegs, k: int) -> RankLedger:
     sel = np.flatnonzero(rs.step == k)
     acc: dict[Key, int] = defaultdict(int)
@@ -280,6 +300,7 @@ class _RankSteps:
     dur: dict[int, int]
     waits: dict[int, dict[int, int]]
     cats: dict[int, dict[str, int]]
+    spans: dict[int, dict[tuple[str, str | None, str], int]] = field(default_factory=dict)  # (category, family, span)
 
 
 def _rank_steps(rs: RankSegs) -> _RankSteps:
@@ -292,7 +313,14 @@ def _rank_steps(rs: RankSegs) -> _RankSteps:
         cats[k][c] += n
         if c == "comm_wait" and p >= 0 and p != rs.rank:
             waits[k][p] += n
-    return _RankSteps(dict(dur), {k: dict(v) for k, v in waits.items()}, {k: dict(v) for k, v in cats.items()})
+    spans: dict[int, dict[tuple[str, str | None, str], int]] = defaultdict(lambda: defaultdict(int))
+    if rs.span is not None:
+        fams = rs.family or [None] * len(rs.span)
+        for k, n, c, sp, f in zip(rs.step.tolist(), length.tolist(), rs.category, rs.span, fams):
+            if sp is not None:
+                spans[k][(c, f, sp)] += n
+    return _RankSteps(dict(dur), {k: dict(v) for k, v in waits.items()}, {k: dict(v) for k, v in cats.items()},
+                      {k: dict(v) for k, v in spans.items()})
 
 
 def _lower_median(items: list[tuple[int, int]]) -> int:
@@ -340,6 +368,20 @@ def _bound(steps: dict[int, _RankSteps], k: int, late: int, step_ns: int) -> int
     return max(0, step_ns - own)
 
 
+def _span_excess(steps: dict[int, _RankSteps], k: int, late: int) -> dict[tuple[str, str | None, str], int]:
+    """The late rank's host time in step k per (category, family, span) above the other ranks' median
+    of the same span (>0 only): which recorded span its extra host time was in."""
+    mine = steps[late].spans.get(k) or {}
+    others = [st.spans.get(k) or {} for r, st in steps.items() if r != late and k in st.dur]
+    out: dict[tuple[str, str | None, str], int] = {}
+    for key, ns in mine.items():
+        ref = sorted(o.get(key, 0) for o in others)
+        base = ref[(len(ref) - 1) // 2] if ref else 0
+        if ns - base > 0:
+            out[key] = ns - base
+    return out
+
+
 def _excess(steps: dict[int, _RankSteps], k: int, late: int) -> dict[str, int]:
     """The late rank's own work in step k above the other ranks' median, per category (>0 only;
     communication is not own work)."""
@@ -368,6 +410,7 @@ class _Late:
     roles: dict[str | None, int] = field(default_factory=lambda: defaultdict(int))
     critical_steps: int = 0
     excess: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # its own work above the others'
+    span_excess: dict[tuple[str, str | None, str], int] = field(default_factory=lambda: defaultdict(int))
 
 
 def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int, w: _Walk,
@@ -402,6 +445,9 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
             e.roles[ro] += ns
         for c, ns in ex.items():
             e.excess[c] += ns
+        if d > 0:
+            for sk, sns in _span_excess(steps, k, r).items():
+                e.span_excess[sk] += sns
     if any((st.waits.get(k) or {}).get(crit) for r, st in steps.items() if r != crit):
         ex = _excess(steps, k, crit)
         d = min(_bound(steps, k, crit, step_ns), sum(ex.values()))
@@ -409,6 +455,8 @@ def _late_in_step(steps: dict[int, _RankSteps], k: int, crit: int, step_ns: int,
             e = late.setdefault(crit, _Late(crit))
             for c, ns in ex.items():
                 e.excess[c] += ns
+            for sk, sns in _span_excess(steps, k, crit).items():
+                e.span_excess[sk] += sns
             e.critical_steps += 1
             e.share += d
             e.saving += d
@@ -498,6 +546,7 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
     blind: dict[tuple[int, str | None], int] = defaultdict(int)
     late: dict[int, _Late] = {}
     by_step: list[dict[str, Any]] = []
+    span_total: dict[SpanKey, int] = defaultdict(int)
     walks: dict[int, tuple[int, int, _Walk]] = {}
     for k in common:
         dur, neg = max((steps[r].dur[k], -r) for r in ranks)
@@ -511,12 +560,15 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
             total[key] += ns
         for missing, ns in w.blind.items():
             blind[missing] += ns
+        for sk, ns in w.spans.items():
+            span_total[sk] += ns
         before = late[crit].critical_steps if crit in late else 0
         _late_in_step(steps, k, crit, dur, w, late)
         if crit in late and late[crit].critical_steps > before:
             for role, ns in _role_of_waits(ranks, k, crit).items():
                 late[crit].roles[role] += ns
-        by_step.append({"step": int(k), "step_us": dur / 1000.0, "critical_rank": int(crit), "parts": _parts(w.acc)})
+        by_step.append({"step": int(k), "step_us": dur / 1000.0, "critical_rank": int(crit), "parts": _parts(w.acc),
+                        "spans": _span_parts(w.spans)})
     k_med = _lower_median([(walks[k][1], k) for k in common])
     crit, dur, w = walks[k_med]
     waited_on = [{"rank": p, "role": role, "us": v / 1000.0} for (p, role), v in sorted(w.waits.items(), key=lambda kv: -kv[1])]
@@ -540,6 +592,8 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
             "excess": [{"category": c, "us": ns / 1000.0} for c, ns in sorted(e.excess.items(), key=lambda kv: -kv[1])],
             "claims": [{"category": c, "role": ro, "rank": rk, "us": ns / 1000.0}
                        for (c, ro, rk), ns in sorted(e.claims.items(), key=lambda kv: -kv[1]) if ns > 0],
+            "spans": [{"category": c, "family": f, "span": sp, "us": ns / 1000.0}
+                      for (c, f, sp), ns in sorted(e.span_excess.items(), key=lambda kv: (-kv[1], kv[0][2])) if ns > 0],
         })
     window = {
         "steps": n, "total_us": sum(durations) / 1000.0, "mean_step_us": sum(durations) / n / 1000.0,
@@ -547,7 +601,10 @@ def _window(ranks: dict[int, RankSegs], steps: dict[int, _RankSteps], common: li
         "noise_us": noise / 1000.0, "parts": _parts(total), "by_step": by_step, "late": late_out,
         "blind": [{"rank": m, "role": role, "us": ns / 1000.0}
                   for (m, role), ns in sorted(blind.items(), key=lambda kv: -kv[1]) if ns > 0],
+        "spans": _span_parts(span_total),
     }
+    if n == 1 and k_med == NO_MARKER_STEP:  # no step markers: the one window is the whole trace
+        window["whole_trace"] = True
     job = {"step": int(k_med), "step_us": dur / 1000.0, "critical_rank": int(crit), "parts": _parts(w.acc),
            "waited_on": waited_on, "window": window}
     return job, k_med

@@ -216,7 +216,8 @@ def rank_segments(rt: RankTrace, windows: pl.DataFrame, ops: pl.DataFrame | None
         "base_us": np.full(o.size, base),
     }, schema=SEGMENT_SCHEMA)
     spans = host_spans(comm, base)
-    return host_comm_overlay(frame, spans) if spans is not None else frame
+    frame = host_comm_overlay(frame, spans) if spans is not None else frame
+    return label_host_time(frame, rt, _launch_threads(rt, gpu, launch))
 
 
 @dataclass
@@ -365,7 +366,73 @@ def host_segments(rt: RankTrace, windows: pl.DataFrame, comm: pl.DataFrame | Non
         "stream": [spans.stream[w] if w >= 0 else None for w in who.tolist()] if spans is not None else [None] * p0.size,
         "base_us": np.full(p0.size, base),
     }, schema=SEGMENT_SCHEMA)
-    return _merge_runs(frame)
+    return label_host_time(_merge_runs(frame), rt, {})
+
+
+#: Categories whose time is the host's: each piece of it is labelled with the recorded span that
+#: covers it (:mod:`traceread.analysis.time.host_spans`).
+SPAN_CATEGORIES = ("host_bound", "idle_other")
+#: Columns the span labelling adds to a segment table (null outside :data:`SPAN_CATEGORIES`).
+SPAN_SCHEMA: dict[str, PolarsDataType] = {"span": pl.Utf8, "family": pl.Utf8, "inner": pl.Utf8}
+
+
+def _launch_threads(rt: RankTrace, gpu: pl.DataFrame, launch_ns: np.ndarray) -> dict[int, int]:
+    """Launch start (ns after base) -> the thread of that runtime call: a ``host_bound`` piece ends
+    where the launch of the GPU work that ends its gap began, and that thread is the one that was behind."""
+    if gpu.height == 0 or "launch_row" not in gpu.columns or rt.host.height == 0:
+        return {}
+    rows = gpu["launch_row"].fill_null(-1).to_numpy().astype(np.int64)
+    ok = (rows >= 0) & (rows < rt.host.height) & ~np.isnan(launch_ns)
+    tids = rt.host["tid"].fill_null(-1).to_numpy()
+    out: dict[int, int] = {}
+    for t, r in zip(launch_ns[ok].astype(np.int64).tolist(), rows[ok].tolist()):
+        out.setdefault(int(t), int(tids[r]))
+    return out
+
+
+def label_host_time(segs: pl.DataFrame, rt: RankTrace, launch_tid: dict[int, int]) -> pl.DataFrame:
+    """Cut each :data:`SPAN_CATEGORIES` segment at the host events of its thread and label every piece
+    with the span that covers it (``span``, ``family``, ``inner``; null: no recorded span). The
+    thread: the one that launched the work ending the gap (``launch_tid``, by the piece's end), else
+    the main thread (always for ``idle_other``: nothing was launched). Sums per category are unchanged
+    (docs/ledger.md)."""
+    from traceread.analysis.time import host_spans as hs
+
+    if segs.height == 0 or rt.host.height == 0:
+        return segs.with_columns(*[pl.lit(None, t).alias(c) for c, t in SPAN_SCHEMA.items()])
+    cand = segs["category"].cast(pl.Utf8).is_in(list(SPAN_CATEGORIES)).to_numpy()
+    if not cand.any():
+        return segs.with_columns(*[pl.lit(None, t).alias(c) for c, t in SPAN_SCHEMA.items()])
+    base = float(segs["base_us"][0])
+    main = hs.main_thread(rt)
+    rows = np.flatnonzero(cand)
+    a = segs["start_ns"].to_numpy()[rows]
+    b = segs["end_ns"].to_numpy()[rows]
+    is_hb = segs["category"].cast(pl.Utf8).to_numpy()[rows] == "host_bound"
+    m = main if main is not None else -1
+    tid = np.array([launch_tid.get(int(e), m) if h else m for e, h in zip(b.tolist(), is_hb.tolist())], dtype=np.int64)
+    cats = {n: c for n, c in rt.host.select("name", "cat").unique(subset="name").iter_rows()}
+    p0l, p1l, idxl, spanl, innerl = [], [], [], [], []
+    for t in np.unique(tid).tolist():
+        sel = np.flatnonzero(tid == t)
+        cover = iv.merge(a[sel], b[sel])
+        te = hs.thread_events(rt, int(t), base, int(a[sel].min()), int(b[sel].max()), cover)
+        p0, p1, idx, span, inner = hs.label_pieces(te, a[sel], b[sel])
+        p0l.append(p0)
+        p1l.append(p1)
+        idxl.append(rows[sel][idx])
+        spanl += span
+        innerl += inner
+    idx_all = np.concatenate(idxl)
+    src = segs[idx_all.tolist()]
+    fam_of = {n: hs.family_of(n, cats.get(n)) for n in set(spanl) if n is not None}
+    fams = [fam_of.get(n) if n is not None else None for n in spanl]
+    new = src.with_columns(pl.Series("start_ns", np.concatenate(p0l), dtype=pl.Int64),
+                           pl.Series("end_ns", np.concatenate(p1l), dtype=pl.Int64),
+                           pl.Series("span", spanl, dtype=pl.Utf8), pl.Series("family", fams, dtype=pl.Utf8),
+                           pl.Series("inner", innerl, dtype=pl.Utf8))
+    rest = segs.filter(pl.Series(~cand)).with_columns(*[pl.lit(None, t).alias(c) for c, t in SPAN_SCHEMA.items()])
+    return pl.concat([rest, new.select(rest.columns)]).sort("start_ns", maintain_order=True)
 
 
 def step_totals(segments: pl.DataFrame) -> pl.DataFrame:

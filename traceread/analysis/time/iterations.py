@@ -141,6 +141,11 @@ def job_workload(per_rank: list[dict[str, Any] | None]) -> dict[str, Any] | None
     mine = [w for w in got if w["kind"] == kind]
     engines = [w["engine"] for w in mine if w.get("engine")]
     first = mine[0]
+    from traceread.analysis.time.frameworks import job_framework
+
+    fw, micro = job_framework(got)
     return {"kind": kind, "engine": max(sorted(set(engines)), key=engines.count) if engines else None,
             "evidence": f"{first['evidence']} (rank evidence; {len(mine)} of {len(got)} rank(s) agree)",
-            "iterations": dict(first.get("iterations") or {})}
+            "iterations": dict(first.get("iterations") or {}),
+            "framework": fw["name"] if fw else None, "framework_evidence": fw["evidence"] if fw else None,
+            "micro_steps": micro}

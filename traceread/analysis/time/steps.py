@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from traceread.fmt import NO_MARKER_STEP as NO_MARKER
 from traceread.model import RankTrace, as_float
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 #: Step number given to the single whole-trace window of a trace without ``ProfilerStep#`` markers.
-NO_MARKER_STEP = -1
+NO_MARKER_STEP = NO_MARKER  # -1 (traceread.fmt.NO_MARKER_STEP: how every view names it)
 
 #: A trailing step is partial when it launched fewer GPU activities than this share of the step
 #: before it (TensorBoard plugin's rule).
@@ -106,7 +107,7 @@ def device_steps(rt: RankTrace) -> StepWindows:
         return StepWindows(
             _frame([NO_MARKER_STEP], [span[0]], [span[1]]),
             [],
-            "no ProfilerStep# markers: one window spans the whole trace (step -1)",
+            "no ProfilerStep# markers: one window spans the whole trace",
         )
     host_steps = host_steps.sort("ts").unique(subset=["step"], keep="first", maintain_order=True)
     numbers = host_steps["step"].to_list()

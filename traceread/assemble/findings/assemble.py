@@ -1,4 +1,4 @@
-"""The report's findings: a hang first, then the shares of the window ledger, biggest first.
+"""The report's findings: a failure (the job died) first, then a hang, then the shares of the window ledger, biggest first.
 
 One engine (:mod:`traceread.assemble.findings.ledger`) on one window ledger
 (:mod:`traceread.assemble.findings.window`, read from any document) and one builder
@@ -35,8 +35,12 @@ def _nccl_alone(report: Report) -> list[Finding]:
     return out
 
 
+def _nccl_error(f: Finding) -> bool:
+    return f["id"].startswith("nccl_") and f.get("severity") == "error"
+
+
 def _kept(f: Finding) -> bool:
-    if f["id"] in ("hang", "slow_steps") or f["id"].startswith("nccl_"):
+    if f["id"] in ("failure", "hang", "slow_steps") or f["id"].startswith("nccl_"):
         return True
     pct = f.get("impact_pct")
     return (pct or 0.0) >= MIN_IMPACT_PCT or (pct is None and f["impact_us_per_step"] > 0)
@@ -55,18 +59,23 @@ def build_findings(report: Report, warn: Callable[[str], None] | None = None) ->
     for note in win.notes if win is not None else []:
         if warn:
             warn(note)
-    found = hang(report, win)
+    from traceread.assemble.findings.failure import failure
+
+    found = failure(report, win) + hang(report, win)  # the job died / stopped: why leads
     found += ledger_findings(report, win, warn) if win is not None else _nccl_alone(report)
     keep = [f for f in found if _kept(f)]
-    keep.sort(key=lambda f: (f["id"] != "hang", -f["impact_us_per_step"]))
+    # why the job died or stopped leads; an NCCL error (a WARN, a failed call, a timeout) means the job
+    # failed or hung there, so it comes before the shares of time, which describe a job that ran
+    keep.sort(key=lambda f: (f["id"] != "failure", f["id"] != "hang", not _nccl_error(f), -f["impact_us_per_step"]))
     from traceread.assemble.findings.memory import memory_findings
 
     # Memory findings cost no step time and come after the time findings, except an out-of-memory
     # error: the job died of it, so it comes first after a hang, like a hang.
     memory = memory_findings(report)
     oom = [f for f in memory if f["id"] == "memory_oom"]
-    hung = [f for f in keep if f["id"] == "hang"]
-    return hung + oom + [f for f in keep if f["id"] != "hang"] + [f for f in memory if f["id"] != "memory_oom"]
+    hung = [f for f in keep if f["id"] in ("failure", "hang")]
+    return hung + oom + [f for f in keep if f["id"] not in ("failure", "hang")] + \
+        [f for f in memory if f["id"] != "memory_oom"]
 
 
 def coverage(findings: list[Finding], report: Report) -> dict[str, Any] | None:
@@ -74,7 +83,7 @@ def coverage(findings: list[Finding], report: Report) -> dict[str, Any] | None:
     win = window_of(report)
     if win is None or not win.total_us:
         return None
-    total = sum(float(f.get("impact_us_total") or 0.0) for f in findings if f["id"] != "hang")
+    total = sum(float(f.get("impact_us_total") or 0.0) for f in findings if f["id"] not in ("failure", "hang"))
     total = min(total, win.total_us)
     return {"explained_us": total / win.n, "step_us": win.mean_step_us, "explained_total_us": total,
             "window_us": win.total_us, "steps": win.n, "median_step_us": win.median_step_us}

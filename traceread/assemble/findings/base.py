@@ -19,14 +19,39 @@ from traceread.report_schema import Finding
 MIN_IMPACT_PCT = 1.0
 
 
+#: A host span of the window: (family, name); None for host time no recorded span covers.
+SpanId = tuple[str | None, str] | None
+
+
 class Budget:
-    """Remaining µs of each window part; claims never exceed them."""
+    """Remaining µs of each window part; claims never exceed them.
 
-    def __init__(self, parts: dict[Key, float]) -> None:
+    Host parts are also held per covering span (``ledger.window.spans``): a claim on such a part
+    takes its µs from the spans too (``prefer`` first, then the largest), so every finding knows
+    exactly which span its time was in (:meth:`drain`), and no span's time is named twice."""
+
+    def __init__(self, parts: dict[Key, float], spans: list[dict[str, Any]] | None = None) -> None:
         self.left = dict(parts)
+        self.spans: dict[Key, dict[SpanId, float]] = {}
+        for s in spans or []:
+            key = (str(s["category"]), s.get("role"), int(s["rank"]))
+            if key in self.left:
+                d = self.spans.setdefault(key, {})
+                sid: SpanId = (s.get("family"), str(s["span"]))
+                d[sid] = d.get(sid, 0.0) + float(s["us"])
+        for key, d in self.spans.items():  # what no span covers, so that a key's spans sum to it
+            covered = sum(d.values())
+            if covered > self.left[key]:  # rounding of the µs in the document
+                scale = self.left[key] / covered if covered else 0.0
+                for sid in d:
+                    d[sid] *= scale
+            else:
+                d[None] = self.left[key] - covered
+        self._taken: dict[tuple[int, SpanId], float] = {}
 
-    def claim(self, keys: list[Key], want: float | None = None) -> float:
-        """Take from ``keys`` in order, everything left or up to ``want`` µs in all; returns what was taken."""
+    def claim(self, keys: list[Key], want: float | None = None, prefer: list[SpanId] | None = None) -> float:
+        """Take from ``keys`` in order, everything left or up to ``want`` µs in all; returns what was taken.
+        On parts held per span, ``prefer``'s spans are taken first (then the largest)."""
         got = 0.0
         for k in keys:
             have = self.left.get(k, 0.0)
@@ -35,7 +60,29 @@ class Budget:
                 continue
             self.left[k] = have - take
             got += take
+            self._take_spans(k, take, prefer or [])
         return got
+
+    def _take_spans(self, key: Key, take: float, prefer: list[SpanId]) -> None:
+        d = self.spans.get(key)
+        if not d:
+            return
+        order = [s for s in prefer if s in d] + sorted((s for s in d if s not in prefer),
+                                                       key=lambda s: (-d[s], s is None, str(s)))
+        for sid in order:
+            t = min(d[sid], take)
+            if t <= 0:
+                continue
+            d[sid] -= t
+            take -= t
+            self._taken[(key[2], sid)] = self._taken.get((key[2], sid), 0.0) + t
+            if take <= 1e-12:
+                break
+
+    def drain(self) -> dict[tuple[int, SpanId], float]:
+        """The host spans the claims since the last drain took their time from: (rank, span) -> µs."""
+        out, self._taken = self._taken, {}
+        return out
 
     def keys(self, category: str, role: Any = ..., rank: int | None = None) -> list[Key]:
         """Keys of ``category`` (and ``role`` / ``rank`` when given) that still hold time, largest first."""

@@ -39,19 +39,28 @@ def _by_why(h: dict[str, Any]) -> dict[str, list[int]]:
     return out
 
 
+def _never_started(h: dict[str, Any]) -> list[int]:
+    """The ``gpu_stopped`` culprits whose GPU never started what its host enqueued (the others' GPUs stopped
+    after running a collective their peers completed)."""
+    return sorted(c["rank"] for c in h.get("culprits") or [] if isinstance(c, dict) and c.get("why") == "gpu_stopped"
+                  and isinstance(c.get("rank"), int) and "never started it" in str(c.get("summary") or ""))
+
+
 def _absent(why: dict[str, list[int]], missing: list[int]) -> list[int]:
     """Ranks that never called the collective: from the culprits' kinds, else (no Flight Recorder) ``missing``."""
     return sorted({r for k in ABSENT for r in why.get(k, [])}) if why else missing
 
 
-def _what_happened(stuck: bool, why: dict[str, list[int]], absent: list[int]) -> str:
+def _what_happened(stuck: bool, why: dict[str, list[int]], absent: list[int], unstarted: list[int]) -> str:
     """The title's tail: who stopped the job, in the words of the evidence (``stuck``: a collective is known)."""
     parts = []
     if absent:
         parts.append(f"{ranks_words(absent)} never joined")
-    if why.get("gpu_stopped"):
-        rs = sorted(why["gpu_stopped"])
-        parts.append(f"the GPU{'s' if len(rs) > 1 else ''} of {ranks_words(rs)} never started it")
+    if unstarted:
+        parts.append(f"the GPU{'s' if len(unstarted) > 1 else ''} of {ranks_words(unstarted)} never started it")
+    after = sorted(set(why.get("gpu_stopped", [])) - set(unstarted))
+    if after:
+        parts.append(f"the GPU{'s' if len(after) > 1 else ''} of {ranks_words(after)} stopped")
     if why.get("out_of_order"):
         parts.append(f"{ranks_words(why['out_of_order'])} issued collectives in another order")
     if why.get("mismatch"):
@@ -61,10 +70,15 @@ def _what_happened(stuck: bool, why: dict[str, list[int]], absent: list[int]) ->
     return "; ".join(parts)
 
 
-def _advice(report: Report, why: dict[str, list[int]], absent: list[int]) -> list[str]:
+def _advice(report: Report, why: dict[str, list[int]], absent: list[int], unstarted: list[int]) -> list[str]:
     sugg = []
-    if why.get("gpu_stopped"):
-        rs = sorted(why["gpu_stopped"])
+    after = sorted(set(why.get("gpu_stopped", [])) - set(unstarted))
+    if after:
+        sugg.append(f"Check the GPU of {ranks_words(after)}: its peers completed a collective its own record never saw "
+                    "complete, so its GPU (or the watchdog polling it) stopped after running it. Look for Xid errors "
+                    "in that node's kernel log (dmesg), run nvidia-smi there; drain the node if the GPU reports errors.")
+    if unstarted:
+        rs = unstarted
         sugg.append(f"Check the GPU of {ranks_words(rs)}: its host enqueued the collective but the GPU never started "
                     "it, so the GPU is stuck in earlier work or failed. Look for Xid errors in that node's kernel log "
                     "(dmesg), run nvidia-smi there, and read the last kernels before the collective; drain the node if "
@@ -97,15 +111,23 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
     missing, waiting = h.get("missing_ranks") or [], h.get("waiting_ranks") or []
     why = _by_why(dict(h))
     absent = _absent(why, missing)
+    unstarted = _never_started(dict(h))
     where = f"{h.get('op') or 'a collective'} (pg {h.get('pg')}, seq {h.get('seq')})"
-    tail = _what_happened(bool(h.get("groups") or waiting), why, absent)
+    held = {(c.get("pg"), c.get("seq")) for c in h.get("culprits") or [] if isinstance(c, dict)}
+    if len(held) > 1:  # several culprits in different groups: each one's collective is in its own line
+        where += f" and {len(held) - 1} more collective{'s' if len(held) > 2 else ''}"
+    tail = _what_happened(bool(h.get("groups") or waiting), why, absent, unstarted)
     title = f"Job hung in {where}" + (f": {tail}" if tail else "")
     stacks = h.get("stacks") or {}
     evidence = [c["summary"] for c in (h.get("culprits") or [])[:8]]  # one line per culprit first
     evidence += list(h.get("evidence") or [])
     evidence += [f"rank {r}: {loc}" for r, loc in list(stacks.items())[:8]]
     evidence += list(h.get("mismatches") or [])
-    if why.get("gpu_stopped") and not (set(missing) - set(why["gpu_stopped"])):
+    if why.get("gpu_stopped") and not unstarted and not (set(missing) - set(why["gpu_stopped"])):
+        expl = (f"The GPU of {ranks_words(why['gpu_stopped'])} stopped: each one's own Flight Recorder record shows "
+                "a collective never completing that its peers completed and went past, and the rest of the job waits "
+                "for it" + (f" (ranks {rank_list(waiting)})" if waiting else "") + ", so the job stops.")
+    elif why.get("gpu_stopped") and not (set(missing) - set(why["gpu_stopped"])):
         expl = (f"The host of {ranks_words(why['gpu_stopped'])} enqueued {where}, but its GPU never started it: the "
                 "GPU is stuck in the work queued before it, or failed. Every later collective queues behind it"
                 + (f", and ranks {rank_list(waiting)} wait for it" if waiting else "") + ", so the job stops.")
@@ -119,6 +141,6 @@ def hang(report: Report, win: Window | None = None) -> list[Finding]:
     step = win.mean_step_us if win is not None else 0.0
     one = Window(1, step, step, None, {}) if step else None
     f = make_finding("hang", title, step, one, "hang", None, missing[0] if missing else None, expl, evidence,
-                     _advice(report, why, absent), collective=h.get("op"))
+                     _advice(report, why, absent, unstarted), collective=h.get("op"))
     f["impact_pct"] = 100.0 if step else None  # a hung job loses every step from then on
     return [f]

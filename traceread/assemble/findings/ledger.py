@@ -39,10 +39,11 @@ from typing import Any
 import numpy as np
 
 from traceread.assemble import explain
-from traceread.assemble.findings.base import Budget, make_finding
+from traceread.assemble.findings import spans as sp
+from traceread.assemble.findings.base import Budget, SpanId, make_finding
 from traceread.assemble.findings.window import Key, Window, parts_by_key
 from traceread.assemble.queries import med, network_loss_us
-from traceread.fmt import ms, rank_list
+from traceread.fmt import ms, rank_list, step_name
 from traceread.report_schema import Finding, Report
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
@@ -69,6 +70,14 @@ def _cpu_ranks(report: Report) -> set[int]:
     return {int(r["rank"]) for r in report.get("ranks") or [] if r.get("cpu") is not None or r.get("compute_us") is None}
 
 
+def _span_fields(sc: sp.SpanCause | None, win: Window) -> dict[str, Any]:
+    """The finding's ``spans`` (additive): the host spans its time was in, per step, largest first."""
+    if sc is None:
+        return {}
+    return {"spans": [{"rank": r, "family": sid[0] if sid else None, "span": sid[1] if sid else None,
+                       "us_per_step": us / max(win.n, 1)} for r, sid, us in sc.parts[:8]]}
+
+
 # ---- 1. slow steps --------------------------------------------------------------------------------
 
 
@@ -88,6 +97,11 @@ def _slow_cause(step: Mapping[str, Any], top: tuple[str, str | None], top_rank: 
                 entry: Mapping[str, Any] | None, cpu: set[int]) -> tuple[tuple[str, str], str]:
     """(group label, what happened) for a slow step whose largest growth is in ``top``."""
     cat, role = top
+    late = str((entry or {}).get("cause") or "")
+    if late.startswith("rank:") and cat not in COMM_CATEGORIES:  # one rank's own time grew (slow_steps.py)
+        names = _host_names(entry)
+        inside = f" (its host was in {names[0]})" if names else ""
+        return ("rank", late[5:]), f"rank {late[5:]} was late{inside} and the others waited for it"
     crit_v = step.get("critical_rank")
     crit = int(crit_v) if crit_v is not None else -1
     if top_rank != crit and cat not in COMM_CATEGORIES:
@@ -134,22 +148,37 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
         if not growth or excess <= 0:
             continue
         got, left, claimed = 0.0, excess, []
+        budget.drain()
+        prefer = sp.grown_spans(b, ref)
         for d, cr in growth:
             keys = [k for k, _ in sorted(mine[cr], key=lambda kv: -kv[1])]
-            take = budget.claim(keys, min(d, left))
+            take = budget.claim(keys, min(d, left), prefer)
             got += take
             left -= take
             if take > 0:
                 claimed.append((take, cr, max(mine[cr], key=lambda kv: kv[1])[0][2]))
             if left <= 0:
                 break
+        taken = budget.drain()
         if got <= 0:
             continue
         _take, top, top_rank = claimed[0]
-        label, what = _slow_cause(b, top, top_rank, entries.get(int(b["step"])), cpu)
-        g = groups.setdefault(label, {"steps": [], "share": 0.0, "what": what, "top": top, "rank": top_rank})
+        sc = sp.cause_of(taken) if top[0] in HOST_CATEGORIES else None
+        if sc is not None and sc.covered and sc.us >= 0.5 * _take:
+            word = sp.FAMILY_WORDS.get(sc.family or "", "span")
+            label = ("host", str(sc.span))
+            what = (f"rank {sc.rank}'s host was in {sc.span} ({word}) while the GPU waited" if sc.rank not in cpu
+                    else f"rank {sc.rank}'s host was in {sc.span} ({word})")
+            if sc.rank != b.get("critical_rank"):
+                what += " and the others waited for it"
+        else:
+            label, what = _slow_cause(b, top, top_rank, entries.get(int(b["step"])), cpu)
+        g = groups.setdefault(label, {"steps": [], "share": 0.0, "what": what, "top": top, "rank": top_rank,
+                                      "taken": {}, "family": sc.family if sc is not None and sc.covered else None})
         g["steps"].append((int(b["step"]), excess, float(b["step_us"])))
         g["share"] += got
+        for k2, us in taken.items():
+            g["taken"][k2] = g["taken"].get(k2, 0.0) + us
     out = []
     for label, g in groups.items():
         steps = g["steps"]
@@ -174,8 +203,19 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
                      "same links at that time."],
         }.get(kind, ["Compare the slow step with a typical one in the timeline (traceread export)."])
         cat, role = g["top"]
+        sc_all = sp.cause_of(g["taken"])
+        if kind == "rank" and not g["family"]:  # advice for the span that grew on the late rank
+            from traceread.analysis.time.host_spans import family_of
+
+            names = [_host_names(entries.get(s_)) for s_, _, _ in steps]
+            fam = explain.span_advice(family_of(names[0][0], None)) if names and names[0] else None
+            sugg = [fam, *sugg] if fam else sugg
+        if g["family"]:
+            fam = explain.span_advice(g["family"])
+            sugg = [fam] if fam else sugg
+            ev += sp.evidence(report, sc_all, win.n) if sc_all is not None else []
         out.append(make_finding("slow_steps", title, g["share"], win, cat, role, g["rank"], expl, ev, sugg,
-                                predicted_us=g["share"], steps=[s for s, _, _ in steps]))
+                                predicted_us=g["share"], steps=[s for s, _, _ in steps], **_span_fields(sc_all, win)))
     return out
 
 
@@ -199,6 +239,33 @@ def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]], le
     return cause
 
 
+#: How a collective reads in a sentence.
+OP_WORDS = {"allreduce": "all-reduce", "all_reduce": "all-reduce", "_allgather_base": "all-gather",
+            "allgather": "all-gather", "all_gather": "all-gather", "_reduce_scatter_base": "reduce-scatter",
+            "reduce_scatter": "reduce-scatter", "alltoall": "all-to-all", "all_to_all": "all-to-all",
+            "broadcast": "broadcast", "send": "send/recv", "recv": "send/recv"}
+
+
+def _waited_in(report: Report, role: str | None) -> str:
+    """"the gradient all-reduce (dp)" — the collective the others spent most time in, of ``role``'s groups."""
+    if not role or role == "other":
+        return "collectives"
+    lay: Mapping[str, Any] = report.get("layout") or {}
+    groups = {str(g["pg"]): g.get("role") for g in lay.get("groups") or []}
+    time: dict[str, float] = defaultdict(float)
+    for c in report.get("collectives") or []:
+        if groups.get(str(c.get("pg")).split(" ")[0]) == role:
+            time[str(c.get("name"))] += float(c.get("latency_us") or 0.0) * int(c.get("count") or 1)
+    if not time:
+        return f"{role} communication"
+    op = OP_WORDS.get(max(time, key=lambda k: time[k]), "")
+    if not op:
+        return f"{role} communication"
+    if role == "dp" and op == "all-reduce":
+        return "the gradient all-reduce (dp)"
+    return f"the {role} {op}"
+
+
 def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
     out = []
     entries = {s.get("rank"): s for s in report.get("stragglers") or [] if isinstance(s, dict)}
@@ -206,8 +273,11 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         if not e.get("straggler"):
             continue
         rank = int(e["rank"])
-        got = sum(budget.claim([(str(c["category"]), c.get("role"), int(c["rank"]))], float(c["us"]))
+        budget.drain()
+        prefer: list[SpanId] = [(x.get("family"), str(x["span"])) for x in e.get("spans") or []]
+        got = sum(budget.claim([(str(c["category"]), c.get("role"), int(c["rank"]))], float(c["us"]), prefer)
                   for c in e.get("claims") or [])
+        sc = sp.cause_of(budget.drain())
         if got <= 0:
             continue
         share_all = float(e.get("share_us") or got)
@@ -219,11 +289,18 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         cause = _straggler_cause(report, rank, e.get("claims") or [], e.get("cause"))
         role = e.get("role")
         st = entries.get(rank) or {}
-        where = f"{role} communication" if role and role != "other" else "collectives"
+        where = _waited_in(report, role)
         title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
                  f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
                  f"{_per(win, saving)} shorter if it were on time")
-        ev = []
+        why_late = sp.late_cause(e)  # from its host time beyond the other ranks', per covering span
+        host_said = sp.describe(report, why_late, win.n) if cause == "host" and why_late is not None else None
+        if host_said is not None:
+            why = f"late because {host_said[0]}" if host_said[1] else f"late, and {host_said[0]}"
+            title = (f"Rank {rank} is a straggler (host), {why}; the others wait for it in {where} "
+                     f"({_per(win, got)} per step of its own work on the critical path; steps would be about "
+                     f"{_per(win, saving)} shorter if it were on time)")
+        ev = sp.evidence(report, why_late, win.n) if host_said is not None and why_late is not None else []
         if e.get("steps_late") is not None:
             ev.append(f"late in {e['steps_late']} of {win.n} steps, {ms(e.get('delay_us'))} per step typically "
                       f"(above the run's own step-to-step spread, {ms(win.noise_us)})")
@@ -245,8 +322,13 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
             ev.append(f"its own work per late step beyond the other ranks': {extra} (cause: {cause})")
         advice, _p = explain.advice(role, "comm_wait", {"share_us": saving / win.n, "rank": rank, "cause": cause})
         expl = explain.straggler(rank, saving / win.n, cause, win.mean_step_us, st.get("blame_us_per_step"))
-        out.append(make_finding("straggler", title, got, win, "comm_wait", role, rank, expl, ev, [advice],
-                                predicted_us=saving, blame_us_per_step=st.get("blame_us_per_step")))
+        sugg = [advice]
+        fam_advice = explain.span_advice(host_said[1]) if host_said is not None else None
+        if fam_advice:
+            sugg.insert(0, fam_advice)
+        out.append(make_finding("straggler", title, got, win, "comm_wait", role, rank, expl, ev, sugg,
+                                predicted_us=saving, blame_us_per_step=st.get("blame_us_per_step"),
+                                **_span_fields(sc, win)))
     return out
 
 
@@ -405,11 +487,11 @@ def _rank_evidence(report: Report, category: str, role: str | None, top: int = 4
         if us > 0:
             vals.append((us, int(r["rank"])))
     vals.sort(reverse=True)
-    return [f"rank {rk}: {ms(us)} of its own step {(report.get('ledger') or {}).get('step')}" for us, rk in vals[:top]]
+    return [f"rank {rk}: {ms(us)} of its own {step_name((report.get('ledger') or {}).get('step'))}" for us, rk in vals[:top]]
 
 
 def _category_finding(report: Report, win: Window, category: str, role: str | None, rank: int, share: float,
-                      cpu: bool) -> Finding:
+                      cpu: bool, sc: sp.SpanCause | None = None) -> Finding:
     """The finding for one recoverable (category, role) share of the window (µs over the window)."""
     fid = RECOVERABLE[category]
     per = share / win.n
@@ -437,11 +519,29 @@ def _category_finding(report: Report, win: Window, category: str, role: str | No
             sugg.insert(0, "These collectives run on the host over gloo: every gradient bucket is copied off the GPU, "
                            "all-reduced by the CPU and copied back while the GPU waits. Use the NCCL backend (one GPU "
                            "per rank) so they run on the GPU and overlap backward.")
+    elif category == "host_bound" and sc is not None and sc.covered:
+        per_span, oth = sp.span_numbers(report, sc, win.n)
+        word = sp.FAMILY_WORDS.get(sc.family or "", "span")
+        part = "all of it" if sc.us >= 0.99 * share else f"{ms(sc.us / win.n)} of it"
+        title = (f"Host time outside operators: {ms(per)} per step (rank {sc.rank})" if cpu
+                 else f"GPU idle waiting for the CPU: {ms(per)} per step (rank {sc.rank})")
+        title += (f"; {part} in its {word}, {sc.span} (the span takes {ms(per_span)} per step there"
+                  + (f"; {oth})" if oth else ")"))
+        rank = sc.rank if sc.rank is not None else rank
+        expl = (f"{ms(sc.us / win.n)} per step of this time was inside {sc.span}, the innermost recorded span "
+                "covering it (docs/ledger.md: which span covers host time)"
+                + ("" if cpu else ": " + explain.host_bound(per, step)))
+        ev = sp.evidence(report, sc, win.n) + ev
+        fam = explain.span_advice(sc.family)
+        sugg = [fam] if fam else sugg
+        if cpu:
+            predicted = None
     elif category == "host_bound":
         if cpu:
-            title = f"Host time outside any operator: {ms(per)} per step (rank {rank})"
-            expl = ("The host ran no recorded operator and no collective: Python between operators, data loading "
-                    "without operators, sleeping or waiting. Profile with with_stack=True to see where.")
+            title = f"Host time outside any recorded span: {ms(per)} per step (rank {rank})"
+            expl = ("The host ran no recorded operator, annotation or collective: Python between operators, data "
+                    f"loading without annotations, sleeping or waiting ({sp.checked(report, rank)}). Profile with "
+                    "with_stack=True, or wrap the suspects in torch.profiler.record_function, to see where.")
             sugg = ["Look at the Python around the training step (data loading, logging, .item()/.cpu() syncs); "
                     "record stacks (with_stack=True) to name it."]
             predicted = None
@@ -464,7 +564,7 @@ def _category_finding(report: Report, win: Window, category: str, role: str | No
         sugg = ["Look for cross-stream waits and synchronisations (cudaStreamWaitEvent, torch.cuda.synchronize) "
                 "inside the step; overlap the work they wait for."]
     return make_finding(fid, title, share, win, category, role, rank, expl, ev, sugg,
-                        predicted_us=(predicted * win.n if predicted is not None else None))
+                        predicted_us=(predicted * win.n if predicted is not None else None), **_span_fields(sc, win))
 
 
 def _categories(report: Report, win: Window, budget: Budget) -> list[Finding]:
@@ -476,9 +576,11 @@ def _categories(report: Report, win: Window, budget: Budget) -> list[Finding]:
     out = []
     for (category, role), keys in groups.items():
         rank = max(keys, key=lambda k: budget.left.get(k, 0.0))[2]
+        budget.drain()
         got = budget.claim(keys)
         if got > 0:
-            out.append(_category_finding(report, win, category, role, rank, got, rank in cpu))
+            out.append(_category_finding(report, win, category, role, rank, got, rank in cpu,
+                                         sp.cause_of(budget.drain())))
     return out
 
 
@@ -488,7 +590,7 @@ STAGES = (_slow_steps, _stragglers, _missing, _layout, _nccl, _sm_efficiency, _r
 def ledger_findings(report: Report, win: Window, warn: Callable[[str], None] | None = None) -> list[Finding]:
     """Every finding of the window (module docstring), biggest share first. A stage that fails is
     skipped with a warning; the later stages still claim what it left."""
-    budget = Budget(win.parts)
+    budget = Budget(win.parts, win.spans)
     out: list[Finding] = []
     for stage in STAGES:
         try:

@@ -42,6 +42,7 @@ class Window:
     noise_us: float = 0.0
     source: str = "ledger"  # "ledger" | "median step" | "per-rank steps"
     notes: list[str] = field(default_factory=list)  # what could not be read (reported as warnings)
+    spans: list[dict[str, Any]] = field(default_factory=list)  # host time by covering span (ledger.window.spans)
 
     @property
     def mean_step_us(self) -> float:
@@ -62,7 +63,7 @@ def window_of(report: Report) -> Window | None:
         w = led["window"]
         return Window(int(w["steps"]), float(w["total_us"]), float(w["median_step_us"]), w.get("median_step"),
                       parts_by_key(w.get("parts")), list(w.get("by_step") or []), list(w.get("late") or []),
-                      list(w.get("blind") or []), float(w.get("noise_us") or 0.0))
+                      list(w.get("blind") or []), float(w.get("noise_us") or 0.0), spans=list(w.get("spans") or []))
     if led and led.get("step_us"):
         step = float(led["step_us"])
         late = [{"rank": int(x["rank"]), "role": x.get("role"), "share_us": float(x["us"]), "saving_us": None,

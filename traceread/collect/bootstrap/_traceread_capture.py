@@ -44,6 +44,7 @@ class _Capture:
         self.prof: Any = None
         self.active: dict[str, Any] | None = None
         self.exit_registered = False
+        self.job_profiler = False  # the job started its own profiler: no capture in this rank any more
 
 
 def _rank_module() -> Any:
@@ -165,10 +166,29 @@ def _process_start_ns(state: Any) -> int:
         return 0
 
 
+def on_job_profiler(state: Any) -> None:
+    """The job starts its own profiler (two Kineto sessions at once crash the process): drop a capture
+    that is recording, and never start one again in this rank. Never raises."""
+    try:
+        cap = _cap(state)
+        cap.job_profiler = True
+        if cap.prof is not None or cap.active is not None:
+            _abandon(state, cap, "the job started its own profiler during the capture")
+        elif cap.pending is not None:
+            req, cap.pending = cap.pending, None
+            _status(state, req, "skipped", None, "the job runs its own profiler")
+    except BaseException:
+        _rank_module()._log_exc(state, "capture: job profiler")
+
+
 def _maybe_start(state: Any, cap: _Capture) -> None:
     req = cap.pending
     assert req is not None
     first, done = req["start_step"], state.step
+    if cap.job_profiler or state.info.get("job_profiler"):
+        cap.pending = None
+        _status(state, req, "skipped", None, "the job runs its own profiler")
+        return
     if done >= first:
         cap.pending = None
         _status(state, req, "missed", None, f"the request was read after step {done}, past the start step {first}")

@@ -38,6 +38,7 @@ What it installs, in a selected rank:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import faulthandler
 import gzip
 import json
@@ -93,6 +94,8 @@ class _State:
         self.oom = False  # an out-of-memory error happened (the next snapshot is the OOM one)
         self.oom_written = False
         self.dump_trigger: str | None = None  # the FIFO the launcher writes a byte into to ask for a dump
+        self.guard: Any = None  # _traceread_profiler_guard.Guard: watches the job's own profiler
+        self.cut_by = "the exit"  # what cut a partial window short (the exit, or the job's own profiler)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.run_dir, *parts)
@@ -205,7 +208,7 @@ def install() -> None:
     global _STATE
     state: _State | None = None
     try:
-        run_dir = os.environ.get("TRACEREAD_RUN_DIR", "")
+        run_dir = _attempt_dir(os.environ.get("TRACEREAD_RUN_DIR", ""))
         rank = _select_rank()
         if not run_dir or rank is None:
             return
@@ -241,6 +244,23 @@ def install() -> None:
     except BaseException:
         _log_exc(state, "atexit")
     _write_rank_json(state)
+
+
+def _attempt_dir(run_dir: str) -> str:
+    """Where this rank writes: ``RUN`` in torchrun's first attempt (and without torchrun), else
+    ``RUN/attempts/attempt{K}`` for restart K (``TORCHELASTIC_RESTART_COUNT``), so no attempt overwrites
+    another's traces, progress, errors, stacks or dumps. The NCCL log and Flight Recorder paths the
+    launcher pointed into ``RUN`` follow (NCCL and torch read them after this, at init)."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not run_dir or not count.isdigit() or int(count) == 0:
+        return run_dir
+    attempt = os.path.join(run_dir, "attempts", f"attempt{int(count)}")
+    for key in ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        value = os.environ.get(key, "")
+        if value.startswith(run_dir + os.sep):
+            os.environ[key] = attempt + value[len(run_dir):]
+    return attempt
 
 
 def _describe_process(state: _State) -> None:
@@ -321,6 +341,14 @@ def _install_faulthandler(state: _State) -> None:
     if signum is None:
         _log(state, "no free real-time signal: no C-level stack fallback in this rank")
         return
+    try:
+        # What faulthandler puts back when it lets go of the signal (interpreter shutdown): "ignore",
+        # not the default action (end the process), so a fallback dump asked for while the job is
+        # exiting (a slow exit past the hang timeout) cannot kill it. Exec'd children still start
+        # with the default: exec resets a handler, and until shutdown the handler is faulthandler's.
+        signal.signal(signum, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread: as before, the default action comes back
+        pass
     faulthandler.register(signum, file=state.stacks_file, all_threads=True, chain=False)
     state.info["signals"]["stacks"] = _signal_name(signum)
     state.info["stack_signal"] = signum
@@ -530,7 +558,7 @@ def _record_error(state: _State, exc_type: Any, exc: BaseException, tb: Any) -> 
     """torchelastic's error-file format (``ErrorHandler.record_exception``), so torchrun shows the traceback."""
     doc = {"message": {"message": f"{exc_type.__name__}: {exc}",
                        "extraInfo": {"py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
-                                     "timestamp": str(int(time.time()))}}}
+                                     "timestamp": str(int(time.time())), "timestamp_ns": str(time.time_ns())}}}
     ours = state.path("errors", f"rank{state.rank}.json")
     elastic = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if elastic and os.path.abspath(elastic) == os.path.abspath(ours) and os.path.exists(ours):
@@ -618,10 +646,68 @@ def _on_torch_imported(state: _State) -> None:
         state.torch_ready = True
         state.profile_selected = bool(state.config.get("profile", True)) and _wanted(
             str(state.config.get("ranks", "all")), state.rank)
+        _install_profiler_guard(state, torch)
         _log(state, f"torch {torch.__version__} imported; optimizer-step hook installed; profile={state.profile_selected}")
         _write_rank_json(state)
     except BaseException:
         _log_exc(state, "torch import hook")
+
+
+def _ours() -> Any:
+    """Context for traceread's own profiler calls (the guard lets them through); a no-op without it."""
+    guard = sys.modules.get("_traceread_profiler_guard")
+    return guard.ours() if guard is not None else contextlib.nullcontext()
+
+
+def _install_profiler_guard(state: _State, torch: Any) -> None:
+    """Watch the job's own profiler (``_traceread_profiler_guard``): traceread steps aside before it starts."""
+    try:
+        import _traceread_profiler_guard as guard_mod
+
+        guard = guard_mod.Guard(lambda detail: _on_job_profiler(state, detail),
+                                lambda dirs, files: _on_job_paths(state, dirs, files),
+                                lambda msg: _log(state, msg))
+        state.guard = guard_mod.install(torch, guard)
+    except BaseException:
+        _log_exc(state, "profiler guard")
+
+
+def _on_job_profiler(state: _State, detail: dict[str, Any]) -> None:
+    """The job starts its own profiler (called just before its session begins): close traceread's
+    window now — export the steps it recorded, discard a window that recorded none — and never
+    profile again in this rank. Two Kineto sessions at once crash the process (issue #36)."""
+    if state.prof is not None:
+        recorded = _recorded_in_window(state, state.prof)
+        state.cut_by = "the job's own profiler"
+        _stop_profiler(state, keep_partial=True)  # exports (marked partial) when steps were recorded
+        _stop_memory_history(state)
+        window = f"stopped early, {recorded} recorded step(s) kept" if recorded else "stopped before it recorded a step"
+    elif state.cycles:
+        window = "already finished"
+    elif state.profile_selected and not state.profile_done:
+        window = "not started yet; it will not start"
+    else:
+        window = "none in this rank"
+    state.profile_done = True
+    _traceread_capture.on_job_profiler(state)  # a capture recording now stops too; none starts later
+    _note_job_profiler(state, {**detail, "traceread_window": window})
+
+
+def _note_job_profiler(state: _State, detail: dict[str, Any]) -> None:
+    """``job_profiler`` in the rank file (the launcher's summary and the report read it) and the log."""
+    job = state.info.setdefault("job_profiler", {"from_step": state.step + 1, "trace_dirs": [], "traces": []})
+    job.update({k: v for k, v in detail.items() if k not in ("trace_dirs", "traces")})
+    job["trace_dirs"] = sorted(set(job["trace_dirs"]) | set(detail.get("trace_dirs") or []))
+    _log(state, f"the job started its own profiler ({job.get('api')}) in optimizer step {job['from_step']}; "
+                f"traceread stepped aside (its window: {job.get('traceread_window', 'unknown')}); "
+                f"the job's traces: {', '.join(job['trace_dirs']) or 'where its handler writes'}")
+    _write_rank_json(state)
+
+
+def _on_job_paths(state: _State, dirs: list[str], files: list[str]) -> None:
+    job = state.info.setdefault("job_profiler", {"from_step": state.step + 1, "trace_dirs": [], "traces": []})
+    job["trace_dirs"], job["traces"] = list(dirs), list(files)
+    _write_rank_json(state)
 
 
 def _on_step(state: _State, opt: Any) -> None:
@@ -641,8 +727,10 @@ def _on_step(state: _State, opt: Any) -> None:
         if not state.dist_described:
             _describe_torch(state)
         if state.profile_selected and not state.profile_done:
-            _drive_profiler(state)
-        _traceread_capture.on_step(state)  # captures asked by the watch or `traceread snap` (docs/watch.md)
+            with _ours():
+                _drive_profiler(state)
+        with _ours():
+            _traceread_capture.on_step(state)  # captures asked by the watch or `traceread snap` (docs/watch.md)
     except BaseException:
         state.profile_done = True
         _log_exc(state, f"step hook (step {state.step}); profiling disabled for this rank")
@@ -762,6 +850,7 @@ def _drive_profiler(state: _State) -> None:
         if torch.autograd._profiler_enabled():
             state.profile_done = True  # the script runs its own profiler: never fight it
             _log(state, "a profiler is already active in this process; traceread does not profile")
+            _note_job_profiler(state, {"api": "unknown (already active when traceread's window began)"})
             return
         from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -878,7 +967,8 @@ def _stop_profiler(state: _State, keep_partial: bool = False) -> None:
             state.partial = (recorded, int(getattr(prof, "step_num", 0)))
         else:
             prof.on_trace_ready = None  # nothing recorded yet (or not ending): nothing to export
-        prof.stop()
+        with _ours():
+            prof.stop()
     except BaseException:
         _log_exc(state, "profiler stop")
 
@@ -914,7 +1004,7 @@ def _export(state: _State, prof: Any) -> None:
                              "trace": None}
     if partial:
         entry["partial"] = {"recorded": recorded, "active": int(state.config["active"]),
-                            "unfinished_step": partial[1]}
+                            "unfinished_step": partial[1], "cut_by": state.cut_by}
     try:
         _fail_point(state, "export")
         final = _trace_path(state, state.cycles)
@@ -922,7 +1012,7 @@ def _export(state: _State, prof: Any) -> None:
         with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=4) as dst:
             if partial:  # the step the exit cut short is no training step: renamed, so readers skip it
                 _copy_replacing(src, dst, f'"ProfilerStep#{partial[1]}"'.encode(),
-                                f'"traceread: step {partial[1]} cut short by the exit"'.encode())
+                                f'"traceread: step {partial[1]} cut short by {state.cut_by}"'.encode())
             else:
                 shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp_gz, final)
@@ -1041,7 +1131,8 @@ def _on_uncaught_oom(state: _State, exc: BaseException) -> None:
     if prof is None:
         _log(state, "out-of-memory error outside the profiled window: no snapshot")
         return
-    prof.stop()  # a recording window is exported by on_trace_ready (_export), snapshot included
+    with _ours():
+        prof.stop()  # a recording window is exported by on_trace_ready (_export), snapshot included
     state.prof = None
     state.profile_done = True
 

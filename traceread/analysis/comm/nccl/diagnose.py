@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from traceread.analysis.comm.nccl.inspector import LOW_BW_SHARE, MIN_BW_BYTES
+from traceread.analysis.comm.nccl.signatures import bad_interfaces, diagnose_problems
+from traceread.analysis.comm.nccl.signatures import ifname_advice as ifname_advice
 
 Diagnosis = dict[str, Any]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -74,6 +76,12 @@ def _transport_ev(s: dict[str, Any], prefix: str) -> list[str]:
     return _ev(s, *(t for t in (s.get("evidence") or {}) if t.startswith("transport:" + prefix)))[:2]
 
 
+def _nccl_before(s: dict[str, Any], version: tuple[int, int]) -> bool | None:
+    """Whether the log's NCCL is older than ``version`` (None when no version line was read)."""
+    m = re.match(r"(\d+)\.(\d+)", str(s.get("version") or ""))
+    return None if m is None else (int(m.group(1)), int(m.group(2))) < version
+
+
 def _multi_node(s: dict[str, Any]) -> bool:
     return (s.get("nodes") or 1) > 1 or any(k.startswith("NET/") for k in s.get("transports") or {})
 
@@ -126,8 +134,13 @@ def socket_fallback(s: dict[str, Any]) -> list[Diagnosis]:
     msg = ("inter-node traffic fell back to TCP sockets (NET/Socket)" + why + ": expect 10-100x lower bandwidth "
            "than InfiniBand/EFA")
     sugg = ("Make the IB/EFA devices visible to the job (NCCL_IB_HCA, container --device /dev/infiniband and "
-            "--cap-add IPC_LOCK, the EFA/OFED drivers) and check that the network plugin loads; NCCL_SOCKET_IFNAME "
-            "only picks which Ethernet interface sockets use.")
+            "--cap-add IPC_LOCK, the EFA/OFED drivers) and check that the network plugin loads.")
+    bad = bad_interfaces(s)
+    if bad:
+        msg += (f"; the socket interfaces include {', '.join(bad[:4])}, which other hosts cannot reach (container "
+                "bridge, veth, loopback or link-local)")
+        sugg = (f"First make the sockets usable: {ifname_advice(s)}, so NCCL stops using the bridge/virtual "
+                "interfaces. Then, for bandwidth, " + sugg[0].lower() + sugg[1:])
     ev = _ev(s, "network:Socket") + _transport_ev(s, "NET/Socket") + _ev(s, "socket_using")
     return [_d("socket_fallback", "error", msg, ev, sugg)]
 
@@ -156,7 +169,8 @@ def no_gdrdma(s: dict[str, Any]) -> list[Diagnosis]:
     transports: dict[str, int] = s.get("transports") or {}
     net_links = sorted(k for k in transports if k.startswith("NET/") and k != "NET/Socket")
     plugin_says_no = p.get("gdr") is False and p.get("kind") == "ofi"  # aws-ofi-nccl's own words
-    if not plugin_says_no and not (net_links and s.get("gdrdma") is False):
+    hca_off = bool(_ev(s, "gdr_hca_disabled")) and p.get("kind") != "ofi"
+    if not plugin_says_no and not (net_links and s.get("gdrdma") is False) and not hca_off:
         return []
     where = f"network transfers ({', '.join(net_links)})" if net_links else "network transfers"
     staged = "data is staged through host memory"
@@ -189,10 +203,20 @@ def no_gdrdma(s: dict[str, Any]) -> list[Diagnosis]:
                    "distance with NCCL_NET_GDR_LEVEL (e.g. PHB or SYS) and compare bandwidth with nccl-tests.")]
     hca = _ev(s, "gdr_hca_disabled")
     if hca:
-        return [_d("no_gdrdma", "warning",
-                   f"{where} do not use GPUDirect RDMA: the NIC driver reports no GPUDirect support for the HCA, so "
-                   f"{staged}", hca + _transport_ev(s, "NET/"),
-                   "Load nvidia-peermem (or use DMA-BUF: Linux >= 5.12 and NCCL_DMABUF_ENABLE=1) on every node.")]
+        old = _nccl_before(s, (2, 23))
+        module = ("NCCL <= 2.22 looks only for the old nv_peer_mem module (/sys/kernel/mm/memory_peers/nv_mem): with "
+                  "the driver's nvidia-peermem loaded it still finds none (net_ib.cc, fixed in 2.23)")
+        if old:
+            why = f"{module}; this log's NCCL is {s.get('version')}"
+        elif old is None:
+            why = ("NCCL found no GPUDirect kernel module: nvidia-peermem is not loaded, or (NCCL <= 2.22) "
+                   "only the old nv_peer_mem module is recognised")
+        else:
+            why = "NCCL found no GPUDirect kernel module (nvidia-peermem not loaded) and no DMA-BUF support"
+        return [_d("no_gdrdma", "warning", f"{where} do not use GPUDirect RDMA: {why}; {staged}",
+                   hca + _ev(s, "version")[:1] + _transport_ev(s, "NET/"),
+                   "Upgrade NCCL to >= 2.23 if it is older (it recognises nvidia-peermem), load nvidia-peermem "
+                   "(`modprobe nvidia-peermem`) or use DMA-BUF (Linux >= 5.12, NCCL_DMABUF_ENABLE=1) on every node.")]
     if env:
         return [_d("no_gdrdma", "warning",
                    f"{where} do not use GPUDirect RDMA, with GPUDirect settings changed in the environment; {staged}",
@@ -291,27 +315,6 @@ def nvml_not_found(s: dict[str, Any]) -> list[Diagnosis]:
 
 # ---- failures and hangs -------------------------------------------------------------------------
 
-def failures(s: dict[str, Any]) -> list[Diagnosis]:
-    out: list[Diagnosis] = []
-    for w in s.get("errors") or []:
-        m, q = w["message"], [w.get("quote") or w["message"]]
-        if "closed by remote peer" in m:
-            peer = re.search(r"peer (\S+)", m)
-            out.append(_d("peer_closed", "error",
-                          f"connection closed by remote peer {peer.group(1) if peer else ''}: that peer likely died "
-                          "first - look at its log, not this one", q))
-        elif "Connect to" in m and "failed" in m:
-            out.append(_d("connect_failed", "error",
-                          f"NCCL could not connect: {m} (firewall, wrong NCCL_SOCKET_IFNAME, routing)",
-                          q + _env_ev(s, "NCCL_SOCKET_IFNAME")))
-        elif "status=12" in m:
-            out.append(_d("ib_retry_exceeded", "error",
-                          f"InfiniBand retry-exceeded completion error (link/fabric problem): {m}", q))
-        elif "Cuda failure" in m:
-            out.append(_d("cuda_failure", "error", f"NCCL hit a CUDA error: {m}", q))
-    return out
-
-
 def init_incomplete(s: dict[str, Any]) -> list[Diagnosis]:
     out = []
     for comm in s.get("comms") or []:
@@ -326,8 +329,19 @@ def init_incomplete(s: dict[str, Any]) -> list[Diagnosis]:
 
 def collective_timeout(s: dict[str, Any]) -> list[Diagnosis]:
     by_seq: dict[tuple[Any, Any, Any], list[int]] = defaultdict(list)
-    for t in s.get("timeouts") or []:
-        by_seq[(t.get("pg"), t.get("seq"), t.get("op"))].append(t["rank"] if t["rank"] is not None else -1)
+    timeouts = s.get("timeouts") or []
+    # a rank whose "Exception … detected by watchdog" line was not pasted has no PG: it timed out in the same
+    # collective as the ranks that name one, when exactly one PG has that sequence number and op
+    pgs: dict[tuple[Any, Any], set[Any]] = defaultdict(set)
+    for t in timeouts:
+        if t.get("pg") is not None:
+            pgs[(t.get("seq"), t.get("op"))].add(t.get("pg"))
+    for t in timeouts:
+        pg = t.get("pg")
+        known = pgs.get((t.get("seq"), t.get("op"))) or set()
+        if pg is None and len(known) == 1:
+            pg = next(iter(known))
+        by_seq[(pg, t.get("seq"), t.get("op"))].append(t["rank"] if t["rank"] is not None else -1)
     return [_d("collective_timeout", "error",
                f"collective #{seq} ({op or 'unknown op'}) on PG {pg if pg is not None else '?'} timed out on ranks "
                f"{_ranks(sorted(ranks))}; these ranks are victims - the culprit is a rank that never joined it "
@@ -491,13 +505,24 @@ def inspector_slow_collectives(s: dict[str, Any]) -> list[Diagnosis]:
 
 RULES: tuple[Callable[[dict[str, Any]], list[Diagnosis]], ...] = (
     net_plugin_failed, socket_fallback, net_plugin_missing, ib_not_found, no_gdrdma, shm_instead_of_p2p,
-    nvls_unavailable, init_incomplete, nvml_not_found, failures, collective_timeout, slow_init, slow_init_total,
+    nvls_unavailable, init_incomplete, nvml_not_found, collective_timeout, slow_init, slow_init_total,
     flight_recorder_disabled, inspector_late_rank, inspector_low_busbw, inspector_slow_collectives,
 )
 
 
+#: The cause family (docs/hang-and-nccl.md) of each rule's diagnosis; the catalogue's carry their own.
+FAMILY = {
+    "net_plugin_failed": "ofi_efa", "socket_fallback": "interface", "net_plugin_missing": "interface",
+    "ib_not_found": "ib_fabric", "no_gdrdma": "gdr", "shm_instead_of_p2p": "p2p_acs", "nvls_unavailable": "nvls",
+    "init_incomplete": "timeout", "nvml_not_found": "topology", "collective_timeout": "timeout",
+    "slow_init": "slow_init", "slow_init_total": "slow_init", "flight_recorder_disabled": "timeout",
+}
+
+
 def diagnose(s: dict[str, Any]) -> list[Diagnosis]:
-    """Every rule on the summary; duplicates dropped; errors first, then warnings, then info."""
+    """Every rule on the summary, then the failure catalogue on its problem lines; duplicates dropped;
+    errors first (the catalogue's, which name the first error line, before the others), then warnings,
+    then info."""
     out: list[Diagnosis] = []
     seen: set[tuple[str, str]] = set()
     for rule in RULES:
@@ -505,6 +530,14 @@ def diagnose(s: dict[str, Any]) -> list[Diagnosis]:
             key = (d["id"], d["message"])
             if key not in seen:
                 seen.add(key)
+                if d["id"] in FAMILY:
+                    d.setdefault("family", FAMILY[d["id"]])
                 out.append(d)
+    if _plugin(s).get("kind") == "ofi" or _plugin(s).get("failed"):
+        for d in out:
+            if d["id"] == "socket_fallback" and _plugin(s).get("failed"):
+                d["family"] = "ofi_efa"
+    catalogue = diagnose_problems(s, {d["id"] for d in out})
+    out = catalogue + out
     out.sort(key=lambda d: SEVERITY_ORDER.get(d["severity"], 3))
     return out

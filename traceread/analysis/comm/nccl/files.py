@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,13 @@ def find_nccl_logs(run_dir: str | Path) -> list[Path]:
 
 #: Text that only an NCCL_DEBUG log or a PyTorch c10d NCCL/gloo message contains.
 _LOG_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"NCCL version", b"Init timings", b"Watchdog caught",
-                b"ProcessGroupNCCL", b"ProcessGroupGloo")
+                b"ProcessGroupNCCL", b"ProcessGroupGloo",
+                # what a paste of a failure holds when NCCL_DEBUG was off or the prefix was cut: nccl-tests and
+                # PyTorch error wording, ncclResult_t names, NCCL <= 2.3's "file.cu:61 WARN", aws-ofi-nccl
+                b"NCCL failure", b"CUDA failure common.cu", b"NCCL error", b"ncclSystemError", b"ncclInternalError",
+                b"ncclRemoteError", b"ncclUnhandledCudaError", b"ncclInvalidUsage", b"NET/OFI", b"ncclSocketInit")
+#: NCCL <= 2.3 wrote "include/socket.h:311 WARN msg" without the NCCL token
+_OLD_WARN = re.compile(rb"\.(?:cc|cu|h|c):\d+ (?:NCCL )?WARN\b")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 #: Only the head of a file is sniffed, and only this many files per folder walk (a huge tree of logs
 #: must not turn `report` into a grep of the file system).
@@ -38,7 +45,7 @@ def looks_like_nccl_log(path: Path) -> bool:
             head = fh.read(SNIFF_BYTES)
     except OSError:
         return False
-    return any(m in head for m in _LOG_MARKERS)
+    return any(m in head for m in _LOG_MARKERS) or bool(_OLD_WARN.search(head))
 
 
 def candidate_files(paths: Sequence[str | Path], suffixes: tuple[str, ...] = LOG_SUFFIXES) -> list[Path]:

@@ -17,12 +17,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceread.read.rank_prefix import leading_rank_prefix
+
 _NCCL_LINE = re.compile(
     r"(?P<host>[^\s:\[\]<>]{1,255}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<pre>[^\n]{1,400}?) )?NCCL (?P<lvl>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
 _MPI_PREFIX = re.compile(r"\[(\d+),(\d+)\]<std(?:out|err)>:")
-_TORCHRUN_PREFIX = re.compile(r"\[(?:default|rank)(\d+)\]:")
 _TRACE_STAMP = re.compile(r"^\d+\.\d+ ")
 
 #: NCCL and c10d lines are short; a longer "line" (a binary file, a dumped tensor) is cut here so the
@@ -70,11 +71,11 @@ def strip_launcher(line: str) -> tuple[str, int | None]:
     if m:
         rank = int(m.group(2))
         line = line[m.end():]
-    m = _TORCHRUN_PREFIX.match(line.lstrip())
-    if m:
+    pre = leading_rank_prefix(line)
+    if pre:
         if rank is None:
-            rank = int(m.group(1))
-        line = line.lstrip()[m.end():]
+            rank = pre.rank
+        line = pre.rest
     return line, rank
 
 

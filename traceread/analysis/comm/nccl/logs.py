@@ -24,6 +24,7 @@ from traceread.analysis.comm.nccl.files import nccl_logs_under
 from traceread.analysis.comm.nccl.inspector import inspector_files_under, read_inspector, with_peaks
 from traceread.analysis.comm.nccl.lines import LogLine, iter_raw_lines, split_line
 from traceread.analysis.comm.nccl.network import KEEP, NetTracker
+from traceread.analysis.comm.nccl.problems import MAX_PROBLEMS, find_problem, last_error
 from traceread.analysis.comm.nccl.torch_lines import torch_line
 
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -40,6 +41,13 @@ _BOOT_TIMING = re.compile(r"Bootstrap timings total ([\d.]+)")
 _UNWIND = re.compile(r"^(\S+\.(?:cc|cu|h|cpp):\d+) -> (\d+)")
 _BUSBW = re.compile(r"# Avg bus bandwidth\s*:\s*([\d.]+)")
 _WATCHDOG = "Watchdog caught collective operation timeout"
+#: Lines that name NCCL and are read without NCCL's host:pid:tid prefix (versions, c10d, nccl-tests)
+_READ_WITHOUT_PREFIX = re.compile(r"NCCL version|ProcessGroupNCCL|NCCL_\w+|NCCL INFO|nccl-tests|Watchdog|c10d|"
+                                  r"NCCL error|NCCL (?:WARN|ABORT|TRACE)")
+#: NCCL <= 2.3 listed interfaces one per line: ``NET : Using interface enp3s0:192.168.1.3<0>``
+_OLD_IFACE = re.compile(r"NET ?: Using interface (\S+?)<\d+>")
+_PLUGIN_HOST = re.compile(r"NET/Plugin ?: ?(?:No plugin found|Could not find)|Plugin Path ?: ?(\S+)|"
+                          r"Loaded (?:net|coll) plugin (.+?)(?: \(v\d+\))?\s*$|Successfully loaded external plugin (\S+)")
 _FR_DISABLED = "Stack trace of the failed collective not found"
 
 
@@ -67,6 +75,8 @@ def empty_summary() -> dict[str, Any]:
         "env": {}, "plugin": None, "hardware": None, "socket_interfaces": [], "nics": None,
         "warnings": [], "errors": [], "timeouts": [], "torch_messages": [], "nccl_tests_busbw_gbps": None,
         "diagnoses": [], "evidence": {}, "lines_parsed": 0, "inspector": None,
+        "problems": [], "problems_total": 0, "versions_by_host": {}, "plugin_by_host": {}, "interfaces_seen": [],
+        "unread": {"count": 0, "first": None},
     }
 
 
@@ -99,6 +109,7 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
     timeouts: dict[tuple[int | None, int | None, str | None], dict[str, Any]] = {}
     unwind_codes: Counter[str] = Counter()
     comms, net, ev = CommTracker(), NetTracker(), _Evidence()
+    after_last_error: tuple[str, int] | None = None  # PyTorch prints NCCL's last WARN on the line after it
 
     for fname, lineno, raw in iter_raw_lines(paths):
         try:
@@ -109,6 +120,19 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
             if not msg:
                 continue
             s["lines_parsed"] += 1
+            prob = find_problem(fname, lineno, raw, ln.level)
+            if prob is None and after_last_error == (fname, lineno - 1):
+                prob = last_error(fname, lineno, raw)
+            if raw.rstrip().endswith("Last error:"):
+                after_last_error = (fname, lineno)
+            if prob is not None:
+                s["problems_total"] += 1
+                if len(s["problems"]) < MAX_PROBLEMS:
+                    s["problems"].append(prob)
+            elif ln.level is None and "NCCL " in raw and not _READ_WITHOUT_PREFIX.search(raw):
+                s["unread"]["count"] += 1  # said once, in the summary, with the first such line
+                s["unread"]["first"] = s["unread"]["first"] or ln.quote()
+            _context_line(s, ln, ev)
             torch_line(raw, ln.launcher_rank, timeouts, s)
             if _WATCHDOG in raw:
                 ev.cite("watchdog", ln)
@@ -124,6 +148,8 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
                 continue
             if "NCCL version" in msg and (v := _VERSION.search(msg)):
                 versions[v.group(1)] += 1
+                s["versions_by_host"].setdefault(ln.host or Path(fname).name, v.group(1))
+                ev.cite("version", ln)
                 continue
             if "cudaDriver" in msg and (d := _DRIVER.search(msg)):
                 s["cuda_driver"] = int(d.group(1))
@@ -197,6 +223,22 @@ def parse_nccl_logs(paths: Sequence[str | Path], devices: Sequence[str] = ()) ->
                                    "platform": plugin["platform"], "nvlink": net.nvlink_hint,
                                    "nvswitch": net.nvswitch_hint}}
     return refit(s, devices)
+
+
+def _context_line(s: dict[str, Any], ln: LogLine, ev: _Evidence) -> None:
+    """Facts the diagnoses compare across hosts: interfaces (old wording) and the network plugin per host."""
+    msg = ln.msg
+    if "Using interface" in msg and (m := _OLD_IFACE.search(msg)):
+        if m.group(1) not in s["interfaces_seen"]:
+            s["interfaces_seen"].append(m.group(1))
+    if "lugin" in msg and ln.host and (m := _PLUGIN_HOST.search(msg)):
+        loaded = next((g for g in m.groups() if g), None)
+        if loaded is not None and loaded.strip() in ("IB", "Socket"):
+            return  # NCCL >= 2.27 loads its own transports as plugins
+        name = "no external plugin" if loaded is None else "an external plugin (libnccl-net)"
+        if ln.host not in s["plugin_by_host"] or s["plugin_by_host"][ln.host] == "no external plugin":
+            s["plugin_by_host"][ln.host] = name
+            ev.cite("plugin_host", ln)
 
 
 def refit(s: dict[str, Any], devices: Sequence[str] = ()) -> dict[str, Any]:

@@ -46,6 +46,7 @@ _GDR_DISTANCE = re.compile(r"GPU Direct RDMA (Disabled|Enabled) for GPU (\S+) / 
 _GDR_HCA = re.compile(r"NET/(\S+) ?: GPU Direct RDMA (Disabled|Enabled) for HCA (\d+) '([^']*)'")
 _ENV = re.compile(r"\b(NCCL_\w+|CUDA_\w+|FI_\w+|OFI_NCCL_\w+) set by environment to (.*?)\.?\s*$")
 _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (\S+?):([0-9A-Fa-f.:%\w]+?)<")
+_BOOTSTRAP_ITEM = re.compile(r"(?:\[\d+\])?([^\s:\[\]<>]+):([0-9A-Fa-f.:%\w-]+?)<\d+>")
 
 _OFI_VERSION = re.compile(r"NET/OFI Initializing ([\w-]+ \d[\w.+-]*)\s*$")
 _OFI_LIBFABRIC = re.compile(r"NET/OFI Using Libfabric version (\S+)")
@@ -111,10 +112,12 @@ class NetTracker:
         if "NET/OFI" in msg:
             self._ofi(ln)
             return True
-        if "Bootstrap" in msg and (m := _BOOTSTRAP.search(msg)):
-            iface = f"{m.group(1)}:{m.group(2)}"
-            if iface not in self.bootstrap:
-                self.bootstrap.append(iface)
+        if "Bootstrap" in msg and _BOOTSTRAP.search(msg):
+            # one interface (2.19+: "Using eth0:10.0.0.1<0>") or a list ("Using [0]eno1:… [1]veth…:fe80::…%veth…<0>")
+            for name, addr in _BOOTSTRAP_ITEM.findall(msg.split("Using", 1)[1]):
+                iface = f"{name}:{addr}"
+                if iface not in self.bootstrap:
+                    self.bootstrap.append(iface)
             return False  # the same line may carry nothing else, but let others look
         if "Plugin" in msg or "plugin" in msg:
             return self._plugin(ln)

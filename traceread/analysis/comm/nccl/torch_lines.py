@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from traceread.read.rank_prefix import pytorch_rank
+
 _WD_TIMEOUT = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r"(?:, NumelIn=(\d+), NumelOut=(\d+))?[^)]*?Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?"
@@ -21,7 +23,6 @@ _FINGERPRINT = re.compile(
     r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\), but Rank (\d+) is running collective: "
     r"CollectiveFingerPrint\((.*?)\)"
 )
-_LINE_RANK = re.compile(r"\[rank(\d+)\]:")
 
 TORCH_KEYS = re.compile(r"atchdog|Rank|Timed out|dump signal|Stack trace of the failed|monitoredBarrier")
 
@@ -31,8 +32,8 @@ def torch_line(raw: str, launcher_rank: int | None,
     if not TORCH_KEYS.search(raw):
         return
     pr = _PG_RANK.search(raw)
-    lr = _LINE_RANK.search(raw)
-    rank = int(pr.group(3)) if pr else (int(lr.group(1)) if lr else launcher_rank)
+    lr = pytorch_rank(raw)
+    rank = int(pr.group(3)) if pr else (lr if lr is not None else launcher_rank)
     pg = pr.group(1) if pr and pr.group(1) is not None else None
     pg_guid = pr.group(2) if pr else None
     if (wd := _WD_TIMEOUT.search(raw)):
