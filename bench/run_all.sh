@@ -14,3 +14,4 @@ $PY bench/bench_report.py scale         # 1024 simulated ranks within the machin
 $PY bench/bench_cross_rank.py           # cross-rank analyses on 1024 ranks x 300 collectives
 $PY bench/bench_layout.py                # parallel layout on 1024 ranks x 360 collectives (TP x DP, generic descs)
 $PY bench/bench_ledger.py --ranks 1024     # step ledger: map side on a real trace, reduce side on 1024 ranks
+$PY bench/bench_watch.py --steps 20000 --ranks 8 --step-ms 15 --seconds 20   # slow-step watch: rank hook + launcher CPU

@@ -151,7 +151,7 @@ def test_run_folder_unwritable_mid_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc, seen = start(collect_cmd(run, torchrun(FAULT_JOB, "--steps", "30", "--step-sleep", "0.1"),
                                    "--wait", "10", "--warmup", "1", "--active", "2"))
-    wait_for(lambda: len(list((run / "progress").glob("rank*"))) == 2, proc, seen)
+    wait_for(lambda: len([p for p in (run / "progress").glob("rank*") if p.name[4:].isdigit()]) == 2, proc, seen)
     undo = _make_unwritable(run)
     try:
         with pytest.raises(OSError):

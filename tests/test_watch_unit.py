@@ -50,12 +50,24 @@ def _run(series: dict[int, list[tuple[int, int]]], opts: WatchOptions | None = N
     return fired
 
 
-def test_job_slowdown_fires_once_at_the_fifth_slow_step() -> None:
+def _first_step_lasting(job: list[float], since: int, seconds: float, steps: int = 5) -> int:
+    """Truth: the step at which the slow stretch from ``since`` has ``steps`` steps and lasts ``seconds``."""
+    total = 0.0
+    for s in range(since, len(job) + 1):
+        total += job[s - 1] / 1e3
+        if s - since + 1 >= steps and total >= seconds:
+            return s
+    raise AssertionError("never")
+
+
+def test_job_slowdown_fires_once_when_the_stretch_lasts() -> None:
     job = _noisy(320, 15.0, 1)
     for s in range(200, 240):
         job[s - 1] += 40.0
     fired = _run(_series({-1: job, 0: [], 1: []}))
-    assert [(t.kind, t.since_step, t.detected_at_step, t.ranks) for t in fired] == [("job_slowdown", 200, 204, [])]
+    at = _first_step_lasting(job, 200, WatchOptions().min_slow_s)
+    assert 210 <= at <= 222
+    assert [(t.kind, t.since_step, t.detected_at_step, t.ranks) for t in fired] == [("job_slowdown", 200, at, [])]
     assert 3.0 < fired[0].factor < 4.3 and 13.0 < fired[0].baseline_step_ms < 17.0
 
 
@@ -65,7 +77,10 @@ def test_one_rank_late_is_named() -> None:
         job[s - 1] += 40.0  # the others wait for it at the next collective
     lag = {1: {s: 40.0 for s in range(150, 231)}}
     fired = _run(_series({-1: job, 0: [], 1: []}, lag))
-    assert [(t.kind, t.ranks, t.since_step, t.detected_at_step) for t in fired] == [("rank_late", [1], 150, 154)]
+    seen = list(job)
+    seen[150 - 1] += 40.0  # the job's step 150 ends when rank 1 ends it: 40 ms later
+    at = _first_step_lasting(seen, 150, WatchOptions().min_slow_s)
+    assert [(t.kind, t.ranks, t.since_step, t.detected_at_step) for t in fired] == [("rank_late", [1], 150, at)]
     assert 3.0 < fired[0].factor < 4.3
 
 
@@ -129,6 +144,26 @@ def test_stall_fires_once_past_the_threshold() -> None:
     assert trig is not None and trig.kind == "stall" and trig.since_step == 101 and trig.detected_at_step == 100
     assert 10_000 < trig.observed_step_ms < 12_000
     assert det.stall(last + 30 * 10**9) is None  # once per stall
+
+
+def test_one_normal_step_inside_a_slowdown_is_tolerated_two_are_not() -> None:
+    job = _noisy(400, 15.0, 9)
+    for s in range(200, 260):
+        job[s - 1] += 45.0
+    job[203 - 1] -= 45.0  # one dip: the stretch goes on
+    fired = _run(_series({-1: job, 0: [], 1: []}))
+    assert [(t.kind, t.since_step) for t in fired] == [("job_slowdown", 200)]
+    job = _noisy(400, 15.0, 9)
+    for s in [*range(200, 204), *range(206, 210), *range(212, 216)]:
+        job[s - 1] += 45.0  # 4-step bursts two normal steps apart: never 5 in one stretch
+    assert _run(_series({-1: job, 0: [], 1: []})) == []
+
+
+def test_a_short_burst_of_slow_steps_is_no_slowdown() -> None:
+    job = _noisy(400, 15.0, 10)
+    for s in range(200, 208):
+        job[s - 1] *= 3.0  # 8 steps 3x slower: 0.36 s, under --watch-min-time
+    assert _run(_series({-1: job, 0: [], 1: []})) == []
 
 
 def test_no_judgement_before_enough_history() -> None:
@@ -209,3 +244,28 @@ def test_snap_and_watch_on_an_ended_or_missing_run(tmp_path: Path) -> None:
     assert res.returncode == 2 and "has ended" in res.stderr
     res = _cli("watch", str(tmp_path))
     assert res.returncode == 0 and "the job ended (exit code 0)" in res.stdout
+
+
+def test_a_capture_dump_moves_into_its_folder_and_leaves_a_hang_dump_alone(tmp_path: Path) -> None:
+    from traceread.collect.captures import capture_dir, take_dump
+
+    for sub in ("stacks", "fr", "captures/capture2"):
+        (tmp_path / sub).mkdir(parents=True)
+    (tmp_path / "stacks" / "rank0.txt").write_text("=== traceread dump rank 0 (hang) ===\nold\n")
+    (tmp_path / "fr" / "rank0.json").write_text('{"hang": true}')
+
+    def dump(reason: str) -> dict:
+        assert reason == "capture2"
+        with open(tmp_path / "stacks" / "rank0.txt", "a") as fh:
+            fh.write("=== traceread dump rank 0 (request) ===\nnew\n")
+        (tmp_path / "fr" / "rank0.json").write_text('{"capture": true}')
+        (tmp_path / "fr" / "rank0.cpu.json").write_text("{}")
+        return {}
+
+    assert take_dump(tmp_path, 2, dump) == ("captures/capture2/stacks", "captures/capture2/fr")
+    folder = capture_dir(tmp_path, 2)
+    assert (folder / "stacks" / "rank0.txt").read_text() == "=== traceread dump rank 0 (request) ===\nnew\n"
+    assert (folder / "fr" / "rank0.json").read_text() == '{"capture": true}' and (folder / "fr" / "rank0.cpu.json").exists()
+    assert (tmp_path / "stacks" / "rank0.txt").read_text() == "=== traceread dump rank 0 (hang) ===\nold\n"
+    assert (tmp_path / "fr" / "rank0.json").read_text() == '{"hang": true}'
+    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == ["rank0.json"]

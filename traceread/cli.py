@@ -21,8 +21,8 @@ from traceread.textsafe import clean_lines
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("traceread.commands.report", "report", "Analyse traces and say where each step's time goes."),
     "collect": ("traceread.commands.collect", "collect", "Run a training command and collect traces, logs and hang dumps."),
-    "snap": ("traceread.commands.snap", "snap", "Record the next steps of a running collected job, on every rank, now."),
-    "watch": ("traceread.commands.watch", "watch", "Show a running collected job live: steps, step times, lag, captures."),
+    "snap": ("traceread.commands.snap", "snap", "Record the next K steps of a running collected job, every rank."),
+    "watch": ("traceread.commands.watch", "watch", "Show a running collected job live: step times, lag, captures."),
     "hang": ("traceread.commands.hang", "hang", "Explain why a collected run hung (Flight Recorder, stacks, logs)."),
     "diff": ("traceread.commands.diff", "diff", "Compare two runs: what got slower after a change."),
     "simulate": ("traceread.commands.simulate", "simulate", "Write simulated multi-rank GPU traces with exact ground truth."),

@@ -6,9 +6,11 @@ Knows nothing about traceread. Steps are optimizer-step numbers (1 = the first).
 rank's ``load_batch`` (before the forward: its input pipeline) or ``apply_update`` (between backward
 and optimizer step) takes X ms more. --stall-rank R (-1: every rank) --stall-step S --stall-s X: one
 long pause in ``wait_for_storage`` before step S. Prints ``step N`` lines from rank 0 every 50 steps.
+--device cuda: the model on cuda:LOCAL_RANK, NCCL (tests/jobs/record_watch_gpu.sh).
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -43,16 +45,22 @@ def main() -> None:
     ap.add_argument("--stall-rank", type=int, default=-2)
     ap.add_argument("--stall-step", type=int, default=-1)
     ap.add_argument("--stall-s", type=float, default=0.0)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
     slow_a, slow_b = (int(x) for x in args.slow_steps.split(":"))
 
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
+    model = DDP(net, device_ids=[device.index] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.randn(16, 32)
-    target = torch.randn(16, 8)
+    data = torch.randn(16, 32, device=device)
+    target = torch.randn(16, 8, device=device)
     for number in range(1, args.steps + 1):
         slow_here = args.slow_rank in (rank, -1) and slow_a <= number <= slow_b
         if args.stall_rank in (rank, -1) and number == args.stall_step:

@@ -7,9 +7,11 @@ run folder), and read by ``traceread watch``. No torch here. Format: docs/watch.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,24 +204,47 @@ def captures_bytes(host_dir: Path) -> int:
 # ---------------------------------------------------------------------------------------- dumps
 
 
-def copy_dump(host_dir: Path, cid: int, dump: dict[str, Any]) -> tuple[str | None, str | None]:
-    """Copy what a dump just wrote (stacks section, Flight Recorder files) into the capture's folder,
-    so a later hang dump cannot overwrite it. Returns the ``stacks`` and ``fr`` folders (relative)."""
+def take_dump(host_dir: Path, cid: int, dump: Callable[[str], dict[str, Any]]) -> tuple[str | None, str | None]:
+    """Stacks + Flight Recorder of every local rank now (the watchdog's dump), moved into the capture's
+    folder: ``stacks/`` and ``fr/`` are left as they were, so a hang's evidence is never overwritten and
+    a capture is never mistaken for a hang. Returns the capture's ``stacks`` and ``fr`` folders (relative)."""
     folder = capture_dir(host_dir, cid)
+    stacks_dir, fr_dir = host_dir / "stacks", host_dir / "fr"
+    sizes = {p.name: p.stat().st_size for p in stacks_dir.glob("rank*.txt") if p.is_file()}
+    kept = []
+    for path in fr_dir.glob("rank*"):
+        if path.is_file():
+            backup = path.with_name(f".keep.{path.name}")
+            path.rename(backup)
+            kept.append((backup, path))
     stacks = fr = None
-    for rank_s, ack in (dump.get("acks") or {}).items():
-        rank = int(rank_s)
-        src = host_dir / str(ack.get("stacks") or "")
-        if ack.get("stacks") and src.is_file():
-            text = src.read_text(encoding="utf-8", errors="replace")
-            cut = text.rfind("=== traceread dump")
-            (folder / "stacks").mkdir(exist_ok=True)
-            (folder / "stacks" / f"rank{rank}.txt").write_text(text[cut if cut >= 0 else 0:], encoding="utf-8")
-            stacks = str((folder / "stacks").relative_to(host_dir))
-        for rel in ack.get("fr") or []:
-            path = host_dir / str(rel)
-            if path.is_file():
-                (folder / "fr").mkdir(exist_ok=True)
-                shutil.copyfile(path, folder / "fr" / path.name)
-                fr = str((folder / "fr").relative_to(host_dir))
+    try:
+        dump(f"capture{cid}")
+    finally:
+        for path in stacks_dir.glob("rank*.txt"):
+            try:
+                old = sizes.get(path.name, 0)
+                with open(path, "rb") as fh:
+                    fh.seek(old)
+                    data = fh.read(16 << 20)
+                if data.strip():
+                    (folder / "stacks").mkdir(exist_ok=True)
+                    (folder / "stacks" / path.name).write_bytes(data)
+                    stacks = str((folder / "stacks").relative_to(host_dir))
+                os.truncate(path, old)  # faulthandler appends (O_APPEND): its later writes still go to the end
+            except OSError:
+                pass
+        for path in fr_dir.glob("rank*"):
+            try:
+                if path.is_file():
+                    (folder / "fr").mkdir(exist_ok=True)
+                    shutil.move(str(path), folder / "fr" / path.name)
+                    fr = str((folder / "fr").relative_to(host_dir))
+            except OSError:
+                pass
+        for backup, path in kept:  # a hang's or SIGUSR1's dump goes back where it was
+            try:
+                backup.rename(path)
+            except OSError:
+                pass
     return stacks, fr

@@ -214,7 +214,8 @@ def make_host_dir(host_dir: Path) -> str | None:
 
 def prepare_host_dir(host_dir: Path, overwrite: bool) -> None:
     """Refuse to mix two runs in one folder; with ``overwrite`` remove what an earlier run wrote."""
-    earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log") if (host_dir / n).exists()]
+    earlier = [host_dir / n for n in ("run.json", "hang.json", "launcher.log", "watch.json")
+               if (host_dir / n).exists()]
     earlier += [p for sub in SUBDIRS + OPTIONAL_SUBDIRS if (host_dir / sub).is_dir() for p in (host_dir / sub).iterdir()]
     if earlier and not overwrite:
         raise TraceReadError("already holds a collected run; choose a new folder or pass --overwrite",
@@ -315,10 +316,8 @@ def run_collect(opts: CollectOptions) -> int:
     dumps: list[dict[str, Any]] = []
     watch = Watch(host_dir, opts.watch, opts.profiler_config(), tee.note) if collecting and opts.inject else None
 
-    def capture_dump(reason: str) -> dict[str, Any]:
-        dump = dog.dump_all(reason)
-        dumps.append({k: v for k, v in dump.items() if k != "acks"})
-        return dump
+    def capture_dump(reason: str) -> dict[str, Any]:  # recorded in the capture's trigger.json, not in "dumps"
+        return dog.dump_all(reason, signal_fallback=False)
     killed_for_hang = False
     watchdog_broken = not collecting
     try:

@@ -4,7 +4,8 @@ From the per-step series the ranks append (``progress/rank{R}.steps``) the :clas
 robust baseline (rolling median and MAD of the recent healthy steps) of the job's step time and of
 each rank's lag behind the earliest rank, and decides, beyond the run's own noise:
 
-* ``job_slowdown``: ``watch_steps`` consecutive job steps slower than the baseline by both a factor
+* ``job_slowdown``: a stretch of ``steps`` job steps (one normal step in between tolerated), lasting at
+  least ``min_slow_s``, slower than the baseline by both a factor
   (``median × factor``) and the noise (``median + mads × 1.4826 × MAD``);
 * ``rank_late``: the same rule on one rank's lag (its step ends later than the earliest rank's by
   more than its usual lag plus ``(factor − 1) × median step``, and beyond its lag's noise);
@@ -40,8 +41,9 @@ class WatchOptions:
 
     enabled: bool = True
     factor: float = 1.5  # a slow step is at least this many times the baseline median
-    steps: int = 5  # ... for this many consecutive steps
-    mads: float = 4.0  # ... and beyond median + mads × robust sigma (the run's own noise)
+    steps: int = 5  # ... for this many steps in a stretch (one normal step in between tolerated)
+    min_slow_s: float = 1.0  # ... lasting at least this long (a sub-second load burst is no slowdown)
+    mads: float = 3.0  # ... and beyond median + mads × robust sigma (the run's own noise)
     window: int = 200  # steps in the rolling baseline
     min_history: int = 30  # healthy steps needed before anything is judged
     capture_steps: int = 10  # K
@@ -51,7 +53,7 @@ class WatchOptions:
     stall_factor: float = 10.0
     max_disk_mb: float = 2048.0
     dump: bool = True
-    lead_s: float = 0.3  # time given to every rank to read the request before the capture starts
+    lead_s: float = 0.2  # time given to every rank to read the request before the capture starts
 
 
 @dataclass
@@ -72,15 +74,23 @@ class Trigger:
 
 
 class Baseline:
-    """Rolling median and MAD of the recent healthy values."""
+    """Rolling median and MAD of the recent healthy values.
+
+    Recomputed after every ``refresh`` new values once the window holds 50: one value moves the median of
+    a few hundred by little, and the two sorts per value were most of the launcher's CPU (bench_watch)."""
+
+    refresh = 8
 
     def __init__(self, size: int) -> None:
         self.values: deque[float] = deque(maxlen=size)
         self._cache: tuple[float, float] | None = None
+        self._stale = 0
 
     def add(self, value: float) -> None:
         self.values.append(value)
-        self._cache = None
+        self._stale += 1
+        if len(self.values) < 50 or self._stale >= self.refresh:
+            self._cache = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -91,26 +101,39 @@ class Baseline:
             med = statistics.median(self.values)
             mad = statistics.median(abs(v - med) for v in self.values)
             self._cache = (med, ROBUST_SIGMA * mad)
+            self._stale = 0
         return self._cache
 
 
 class _Streak:
-    """Consecutive slow values; re-armed once ``need`` consecutive normal values were seen."""
+    """A slow stretch: slow values, one normal value in between tolerated (two in a row end it).
+
+    Re-armed once ``need`` consecutive normal values were seen (one long slowdown fires once)."""
 
     def __init__(self) -> None:
         self.values: list[tuple[int, float]] = []
+        self.seconds = 0.0  # wall time the stretch has lasted
+        self.dip = 0
         self.normal_run = 0
         self.armed = True
 
-    def slow(self, step: int, value: float) -> None:
+    def slow(self, step: int, value: float, seconds: float) -> None:
         self.values.append((step, value))
-        self.normal_run = 0
+        self.seconds += seconds
+        self.dip = self.normal_run = 0
 
-    def normal(self, need: int) -> None:
-        self.values = []
+    def normal(self, need: int, seconds: float) -> None:
         self.normal_run += 1
+        if self.values:
+            self.dip += 1
+            self.seconds += seconds
+            if self.dip >= 2:
+                self.values, self.seconds, self.dip = [], 0.0, 0
         if self.normal_run >= need:
             self.armed = True
+
+    def ready(self, steps: int, min_s: float) -> bool:
+        return self.armed and len(self.values) >= steps and self.seconds >= min_s
 
 
 class Detector:
@@ -189,25 +212,25 @@ class Detector:
                 continue
             lmed, lsigma = base.stats()
             if lag > lmed + max((o.factor - 1) * med, o.mads * lsigma):
-                streak.slow(step, lag - lmed)
-                if streak.armed and len(streak.values) >= o.steps:
+                streak.slow(step, lag - lmed, duration)
+                if streak.ready(o.steps, o.min_slow_s):
                     late.append(rank)
                     lag_extra.append(statistics.median(v for _, v in streak.values))
             else:
-                streak.normal(o.steps)
+                streak.normal(o.steps, duration)
                 base.add(lag)
         if not ready:
             self.job.add(duration)
             return out
         slow = duration > med + max((o.factor - 1) * med, o.mads * sigma)
         if slow:
-            self.job_streak.slow(step, duration)
+            self.job_streak.slow(step, duration, duration)
             if len(self.job_streak.values) > o.window:  # a new regime lasting a whole window: adopt it
                 for _, v in self.job_streak.values:
                     self.job.add(v)
-                self.job_streak.values = []
+                self.job_streak.values, self.job_streak.seconds = [], 0.0
         else:
-            self.job_streak.normal(o.steps)
+            self.job_streak.normal(o.steps, duration)
             self.job.add(duration)
         if late:
             since = min(self.lag_streaks[r].values[0][0] for r in late)
@@ -216,15 +239,16 @@ class Detector:
                 self.lag_streaks[r].armed = False
             self.job_streak.armed = False  # the job is slow because of them: one trigger
             out.append(Trigger("rank_late", step, since, late, med * 1e3, (med + extra) * 1e3,
-                               f"rank(s) {', '.join(map(str, late))} ended {o.steps}+ consecutive steps "
-                               f"{extra * 1e3:.1f} ms later than usual relative to the earliest rank "
+                               f"rank(s) {', '.join(map(str, late))} ended {len(self.lag_streaks[late[0]].values)} steps "
+                               f"from step {since} on {extra * 1e3:.1f} ms later than usual relative to the earliest rank "
                                f"(threshold: (factor {o.factor} - 1) x median step and {o.mads} MADs of its lag)"))
-        elif slow and self.job_streak.armed and len(self.job_streak.values) >= o.steps:
+        elif slow and self.job_streak.ready(o.steps, o.min_slow_s):
             values = [v for _, v in self.job_streak.values]
             observed = statistics.median(values)
             self.job_streak.armed = False
             out.append(Trigger("job_slowdown", step, self.job_streak.values[0][0], [], med * 1e3, observed * 1e3,
-                               f"{len(values)} consecutive steps took {observed * 1e3:.1f} ms (median) instead of "
+                               f"{len(values)} slow steps from step {self.job_streak.values[0][0]} on took "
+                               f"{observed * 1e3:.1f} ms (median) instead of "
                                f"{med * 1e3:.1f} ms: beyond x{o.factor} and median + {o.mads} robust sigmas "
                                f"({(med + o.mads * sigma) * 1e3:.1f} ms)"))
         return out
@@ -313,7 +337,7 @@ class Watch:
         if self.opts.enabled:
             triggers = self.detector.evaluate()
             stall = self.detector.stall(time.time_ns())
-            if stall is not None and self._ranks_alive():  # ranks that exited: the job is ending, no stall
+            if stall is not None and self._ranks_running():  # a rank exiting: the job is ending, no stall
                 triggers.append(stall)
             for trig in triggers[:1]:
                 self._on_trigger(trig, dump)
@@ -324,8 +348,10 @@ class Watch:
             self.write_state()
             self.last_state_write = now
 
-    def _ranks_alive(self) -> bool:
-        """Every rank process of this host that described itself is still running (not a zombie)."""
+    def _ranks_running(self) -> bool:
+        """Every rank process of this host is running and none began exiting (``progress/rank{R}.exit``)."""
+        if any((self.host_dir / "progress").glob("rank*.exit")):
+            return False
         host = socket.gethostname()
         pids = [doc["pid"] for doc in (read_json(p) for p in (self.host_dir / "ranks").glob("rank*.json"))
                 if doc and doc.get("host") == host and isinstance(doc.get("pid"), int)]
@@ -347,8 +373,7 @@ class Watch:
 
     def _dump_into(self, cid: int, dump: Callable[[str], dict[str, Any]]) -> None:
         self.dumped.add(cid)
-        result = dump(f"capture{cid}")
-        stacks, fr = cap.copy_dump(self.host_dir, cid, result)
+        stacks, fr = cap.take_dump(self.host_dir, cid, dump)
         path = cap.capture_dir(self.host_dir, cid) / "trigger.json"
         trigger = read_json(path)
         if trigger is not None:

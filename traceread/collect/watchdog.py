@@ -127,8 +127,10 @@ class Watchdog:
                 out[doc["rank"]] = dict(doc, home=str(path.parent.parent))  # its attempt's folder (acks land there)
         return out
 
-    def dump_all(self, reason: str) -> dict[str, Any]:
-        """Ask every local rank to dump; wait for acks; C-level stack fallback for the silent ones."""
+    def dump_all(self, reason: str, signal_fallback: bool = True) -> dict[str, Any]:
+        """Ask every local rank to dump; wait for acks; C-level stack fallback for the silent ones
+        (``signal_fallback=False``: never signal a rank; the watch's dumps of a running job use that, since a
+        rank tearing down may no longer handle the signal, and its default action ends the process)."""
         ranks = self.local_ranks()
         sent_ns = time.time_ns()
         asked = [r for r, info in ranks.items() if _alive(info["pid"]) and poke_fifo(info.get("dump_trigger"))]
@@ -145,7 +147,8 @@ class Watchdog:
         fallback = []
         for r, info in ranks.items():
             signum = info.get("stack_signal")
-            if r not in acks and isinstance(signum, int) and _stack_signal_ok(signum) and _alive(info["pid"]):
+            if (signal_fallback and r not in acks and isinstance(signum, int) and _stack_signal_ok(signum)
+                    and _alive(info["pid"])):
                 try:
                     os.kill(info["pid"], signum)
                     fallback.append(r)

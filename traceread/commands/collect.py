@@ -87,8 +87,11 @@ def _ranks(value: str) -> str:
               help="A step is slow when it takes at least this many times the baseline median (and is beyond "
                    "--watch-mads of the run's own noise).")
 @click.option("--watch-steps", default=5, show_default=True, type=click.IntRange(1),
-              help="... for this many consecutive steps (job-wide slowdown, or one rank late).")
-@click.option("--watch-mads", default=4.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="... for this many steps in a row, one normal step in between tolerated (job-wide "
+                   "slowdown, or one rank late).")
+@click.option("--watch-min-time", default=1.0, show_default=True, type=click.FloatRange(min=0.0), metavar="SECONDS",
+              help="... and the slow stretch lasts at least this long (a sub-second burst is no slowdown).")
+@click.option("--watch-mads", default=3.0, show_default=True, type=click.FloatRange(min=0.0),
               help="Noise margin: median + this many robust standard deviations (1.4826 x MAD).")
 @click.option("--watch-stall", default=10.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="A stall: no step anywhere for max(this, 10 x median step).")
@@ -108,7 +111,7 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
             no_inject: bool, hang_timeout: str | None, hang_floor: float, hang_factor: float, startup_timeout: float | None,
             on_hang: str,
             dump_grace: float, layout: str, fr_buffer: int, overwrite: bool, no_watch: bool, watch_factor: float,
-            watch_steps: int, watch_mads: float, watch_stall: float, capture_steps: int, max_captures: int,
+            watch_steps: int, watch_min_time: float, watch_mads: float, watch_stall: float, capture_steps: int, max_captures: int,
             watch_cooldown: float, watch_max_disk: float, watch_dump: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND unchanged and collect per-rank traces, NCCL logs, Flight Recorder and hang dumps.
 
@@ -155,7 +158,8 @@ def collect(run_dir: Path, wait: int, warmup: int, active: int, repeat: int, eve
         inject=not no_inject, hang_timeout_s=_timeout(hang_timeout), hang_floor_s=hang_floor,
         hang_factor=hang_factor, startup_timeout_s=startup_timeout, on_hang=on_hang, dump_grace_s=dump_grace,
         layout=layout, fr_buffer=fr_buffer, overwrite=overwrite,
-        watch=WatchOptions(enabled=not no_watch, factor=watch_factor, steps=watch_steps, mads=watch_mads,
+        watch=WatchOptions(enabled=not no_watch, factor=watch_factor, steps=watch_steps, min_slow_s=watch_min_time,
+                           mads=watch_mads,
                            stall_min_s=watch_stall, capture_steps=capture_steps, max_captures=max_captures,
                            cooldown_s=watch_cooldown, max_disk_mb=watch_max_disk, dump=watch_dump),
     )

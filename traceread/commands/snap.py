@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from traceread.commands.common import ui, ui_options
 from traceread.commands.fail import fail
 from traceread.errors import EXIT_NO_TRACES
 
@@ -31,6 +32,7 @@ def _ranks(value: str | None) -> list[int] | None:
 @click.option("--lead", default=1.0, show_default=True, type=click.FloatRange(min=0.0), metavar="SECONDS",
               help="Time every rank gets to read the request before the first recorded step (more on slow "
                    "shared file systems).")
+@ui_options
 def snap(run_dir: Path, k: int, ranks: str | None, dump: bool, timeout: float, lead: float) -> None:
     """Record the next K optimizer steps of the running job collected into RUN_DIR, on every rank.
 
@@ -80,7 +82,7 @@ def snap(run_dir: Path, k: int, ranks: str | None, dump: bool, timeout: float, l
                + ", ".join(str(f) for f in folders))
     if timeout <= 0:
         return
-    expect = {h: (wanted if wanted is not None else cap.known_ranks(h)) for h in hosts}
+    expect = {h: [r for r in cap.known_ranks(h) if wanted is None or r in wanted] for h in hosts}
     deadline = time.monotonic() + timeout
     while True:
         outcomes = {h: cap.rank_outcomes(h, cid) for h in hosts}
@@ -96,7 +98,7 @@ def snap(run_dir: Path, k: int, ranks: str | None, dump: bool, timeout: float, l
     recorded = sorted(r for r, o in done.items() if o.get("state") == "recorded")
     for r, o in sorted(done.items()):
         if o.get("state") != "recorded":
-            click.echo(f"  rank {r}: {o.get('state')}: {o.get('reason')}", err=True)
+            ui().note(f"  rank {r}: {o.get('state')}: {o.get('reason')}")
     if not recorded:
         fail(f"{folders[0]}: no rank recorded the steps", EXIT_NO_TRACES)
     click.echo(f"recorded by rank(s) {','.join(map(str, recorded))}: {len(recorded)} trace(s) in "

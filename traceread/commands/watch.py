@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from traceread.commands.common import ui, ui_options
 from traceread.commands.fail import fail
 
 
@@ -55,6 +56,7 @@ def _table(view: object, run_dir: Path) -> Any:
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Refresh period.")
 @click.option("--once", is_flag=True, help="Print the current state once and exit.")
+@ui_options
 def watch(run_dir: Path, interval: float, once: bool) -> None:
     """Show a running collected job live: per rank its step, step time, lag behind the others, last
     capture; the job's step-time trend. Ends when the job ends. Plain lines when not on a terminal.
@@ -71,19 +73,23 @@ def watch(run_dir: Path, interval: float, once: bool) -> None:
     if not cap.host_dirs(run_dir):
         fail(f"{run_dir}: not a run folder of traceread collect (no inject/ folder)")
     live = LiveRun(run_dir)
-    tty = sys.stdout.isatty() and not once
-    if not tty:
+    tty = sys.stdout.isatty() and not once and not ui().quiet
+    if not tty:  # plain lines (with --quiet: only the closing line)
         while True:
             view = live.refresh()
-            click.echo(_line(view))
+            if not ui().quiet or once:
+                click.echo(_line(view))
             if once or view.ended:
                 break
             time.sleep(interval)
     else:
+        from rich.console import Console
         from rich.live import Live
 
+        console = Console(no_color=ui().color == "never" or None,
+                          force_terminal=True if ui().color == "always" else None)
         view = live.refresh()
-        with Live(_table(view, run_dir), refresh_per_second=max(1, int(1 / interval))) as screen:
+        with Live(_table(view, run_dir), console=console, refresh_per_second=max(1, int(1 / interval))) as screen:
             while not view.ended:
                 time.sleep(interval)
                 view = live.refresh()

@@ -8,8 +8,9 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 NOT_A_TRACE = "not a Kineto trace"
 #: Files in a run folder that are not traces (by name) and folders whose JSON is not traces.
 NON_TRACE_FILES = frozenset(
-    {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json", "trigger.json"}
+    {"run.json", "truth.json", "hang.json", "report.json", "report.schema.json", "trigger.json", "watch.json"}
 )
+# captures/: the watch's windows, read on purpose (docs/watch.md), not as the baseline window; telemetry/: GPU sensors
 NON_TRACE_DIRS = frozenset({"fr", "errors", "inject", "stacks", "nccl", "ranks", "progress", "captures", "telemetry"})
 
 

@@ -137,7 +137,8 @@ def decode_json(data: bytes, path: str | Path) -> Any:
 def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX_WALK_DEPTH) -> Iterator[Path]:
     """Regular files under ``root`` (itself when it is a file), sorted per folder, hidden folders and
     symlinked folders skipped, and so is a collected run's ``attempts/`` (torchrun restarts: each attempt's
-    dumps are another process's, never merged with attempt 0's)."""
+    dumps are another process's, never merged with attempt 0's), ``captures`` folders and the sub-folders
+    of a capture (it holds ``trigger.json``): dumps taken while the job ran are no hang evidence."""
     r = Path(root)
     if regular(r):
         yield r
@@ -153,8 +154,9 @@ def walk(root: str | Path, max_files: int = MAX_WALK_FILES, max_depth: int = MAX
     run_folder = (r / "run.json").is_file()
     for folder, dirs, files in os.walk(r, followlinks=False, onerror=onerror):
         depth = len(Path(folder).parts) - base
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < max_depth
-                         and not (run_folder and depth == 0 and d == "attempts"))  # other attempts: read on their own
+        dirs[:] = [] if "trigger.json" in files else sorted(  # a capture folder: its dumps are no hang evidence
+            d for d in dirs if not d.startswith(".") and depth < max_depth and d != "captures"
+            and not (run_folder and depth == 0 and d == "attempts"))  # other attempts: read on their own
         for name in sorted(files):
             f = Path(folder) / name
             if not regular(f):

@@ -44,6 +44,7 @@ class _Capture:
         self.prof: Any = None
         self.active: dict[str, Any] | None = None
         self.exit_registered = False
+        self.job_profiler = False  # the job started its own profiler: no capture in this rank any more
 
 
 def _rank_module() -> Any:
@@ -72,6 +73,13 @@ def append_step(state: Any) -> None:
         if cap.series_fd is None:  # a restarted rank process starts its series again
             cap.series_fd = os.open(state.path("progress", f"rank{state.rank}.steps"),
                                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+            try:
+                os.unlink(state.path("progress", f"rank{state.rank}.exit"))
+            except OSError:
+                pass
+            if not cap.exit_registered:  # registered after torch's own: runs before them at exit
+                atexit.register(_at_exit, state, cap)
+                cap.exit_registered = True
         os.write(cap.series_fd, f"{state.step} {time.time_ns()}\n".encode())
         cap.series_lines += 1
         if cap.series_lines >= MAX_SERIES_LINES:
@@ -158,10 +166,29 @@ def _process_start_ns(state: Any) -> int:
         return 0
 
 
+def on_job_profiler(state: Any) -> None:
+    """The job starts its own profiler (two Kineto sessions at once crash the process): drop a capture
+    that is recording, and never start one again in this rank. Never raises."""
+    try:
+        cap = _cap(state)
+        cap.job_profiler = True
+        if cap.prof is not None or cap.active is not None:
+            _abandon(state, cap, "the job started its own profiler during the capture")
+        elif cap.pending is not None:
+            req, cap.pending = cap.pending, None
+            _status(state, req, "skipped", None, "the job runs its own profiler")
+    except BaseException:
+        _rank_module()._log_exc(state, "capture: job profiler")
+
+
 def _maybe_start(state: Any, cap: _Capture) -> None:
     req = cap.pending
     assert req is not None
     first, done = req["start_step"], state.step
+    if cap.job_profiler or state.info.get("job_profiler"):
+        cap.pending = None
+        _status(state, req, "skipped", None, "the job runs its own profiler")
+        return
     if done >= first:
         cap.pending = None
         _status(state, req, "missed", None, f"the request was read after step {done}, past the start step {first}")
@@ -282,18 +309,14 @@ def _abandon(state: Any, cap: _Capture, reason: str) -> None:
         _status(state, act, "failed", None, reason)
 
 
-def step_aside(state: Any) -> None:
-    """The job starts its own profiler: a capture recording now stops (two Kineto sessions at once crash
-    the process, issue #36) and none starts again (the step hook stops calling :func:`on_step`)."""
-    cap = _cap(state)
-    if cap.prof is not None:
-        _abandon(state, cap, "the job started its own profiler")
-    elif cap.pending is not None:
-        req, cap.pending = cap.pending, None
-        _status(state, req, "skipped", None, "the job started its own profiler")
-
-
 def _at_exit(state: Any, cap: _Capture) -> None:
+    """The interpreter is exiting: say so at once (``progress/rank{R}.exit``: the seconds a job takes to
+    tear down are no stall to the watch), then drop a capture cut short."""
+    try:
+        with open(state.path("progress", f"rank{state.rank}.exit"), "w", encoding="ascii") as fh:
+            fh.write(f"{state.step} {time.time_ns()}\n")
+    except BaseException:
+        pass
     if cap.prof is not None:
         _abandon(state, cap, f"the job ended after step {state.step}, inside the capture")
     _close_series(cap)

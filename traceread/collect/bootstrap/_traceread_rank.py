@@ -689,9 +689,7 @@ def _on_job_profiler(state: _State, detail: dict[str, Any]) -> None:
     else:
         window = "none in this rank"
     state.profile_done = True
-    capture = sys.modules.get("_traceread_capture")
-    if capture is not None:  # a watch capture recording now stops too, before the job's session starts
-        capture.step_aside(state)
+    _traceread_capture.on_job_profiler(state)  # a capture recording now stops too; none starts later
     _note_job_profiler(state, {**detail, "traceread_window": window})
 
 
@@ -731,9 +729,8 @@ def _on_step(state: _State, opt: Any) -> None:
         if state.profile_selected and not state.profile_done:
             with _ours():
                 _drive_profiler(state)
-        if "job_profiler" not in state.info:  # a job that profiles itself gets no second profiler from us
-            with _ours():
-                _traceread_capture.on_step(state)  # captures asked by the watch or `traceread snap` (docs/watch.md)
+        with _ours():
+            _traceread_capture.on_step(state)  # captures asked by the watch or `traceread snap` (docs/watch.md)
     except BaseException:
         state.profile_done = True
         _log_exc(state, f"step hook (step {state.step}); profiling disabled for this rank")
