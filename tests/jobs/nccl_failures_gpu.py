@@ -55,11 +55,18 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "nccl_failure_logs")
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from traceread.analysis.comm.nccl import parse_nccl_logs
+    try:
+        from traceread.analysis.comm.nccl import parse_nccl_logs
+    except ImportError as exc:  # a GPU image without traceread's report dependencies: record, judge elsewhere
+        print(f"recording only ({exc}); judge the logs with traceread report on another machine")
+        parse_nccl_logs = None
 
     ok = True
     for case, (extra, world, want) in CASES.items():
         log = run(case, extra, world, out)
+        if parse_nccl_logs is None:
+            print(f"recorded {case} -> {log}")
+            continue
         s = parse_nccl_logs([log])
         got = next((d["id"] for d in s["diagnoses"] if d["severity"] != "info"), None)
         good = got == want
