@@ -134,6 +134,9 @@ def test_one_process_killed_by_the_oom_killer(tmp_path: Path) -> None:
     (tmp_path / "ranks" / "rank0.json").write_text(json.dumps({"rank": 0, "host": "node7", "pid": 4242,
                                                                "clock": [{"label": "start", "time_ns": T0}]}))
     _progress(tmp_path, 0, 31, T0 + 10**9)
+    # the watch's per-step series and exit mark sit beside it and are not progress files (sorted after it)
+    (tmp_path / "progress" / "rank0.steps").write_text("".join(f"{s} {T0 + s}\n" for s in range(1, 32)))
+    (tmp_path / "progress" / "rank0.exit").write_text(f"{T0 + 2 * 10**9}\n")
     f = diagnose_failure(tmp_path)
     assert f is not None
     first = f["first"]

@@ -72,8 +72,12 @@ def test_collect_oom_snapshot_keeps_exit_code(tmp_path: Path) -> None:
     snap = read_snapshot(run / "memory" / "rank0_oom.pickle")
     assert snap["oom"] and snap["devices"][0]["peak_allocated_bytes"] > 0
     rep = build_report([str(run)], ReportOptions(use_cache=False, workers=1))
-    assert rep["findings"][0]["id"] == "memory_oom" and rep["findings"][0]["rank"] == 0
-    assert "memory_train.py" in rep["findings"][0]["title"]  # the job's own line, from the snapshot's stacks
+    # the job died of it: why it died leads (issue #37), the OOM's own finding right after it
+    first, oom = rep["findings"][0], rep["findings"][1]
+    assert first["id"] == "failure" and rep["failure"]["first"]["rank"] == 0
+    assert rep["failure"]["first"]["family"] == "oom" and "memory" in rep["failure"]["first"]["next_step"]
+    assert oom["id"] == "memory_oom" and oom["rank"] == 0
+    assert "memory_train.py" in oom["title"]  # the job's own line, from the snapshot's stacks
     with open(run / "memory" / "rank0_oom.pickle", "rb") as fh:
         assert isinstance(pickle.load(fh), dict)  # torch's format: a plain dict
 

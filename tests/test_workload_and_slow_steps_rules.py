@@ -134,7 +134,8 @@ def test_job_workload_takes_training_over_majority_and_first_agreeing_ranks_evid
     train = {"kind": "training", "engine": None, "evidence": "1 optimizer step(s)", "iterations": {}}
     job = job_workload([serve, serve2, None])
     assert job == {"kind": "serving", "engine": "vllm", "iterations": {"decode": 3},
-                   "evidence": "3 vllm iteration annotation(s) used as steps (rank evidence; 2 of 2 rank(s) agree)"}
+                   "evidence": "3 vllm iteration annotation(s) used as steps (rank evidence; 2 of 2 rank(s) agree)",
+                   "framework": None, "framework_evidence": None, "micro_steps": None}  # no rank names a framework
     assert job_workload([serve, train, serve2])["kind"] == "training"  # any rank training: the job trains
     sgl = dict(serve, engine="sglang")
     assert job_workload([sgl, serve, sgl])["engine"] == "sglang"  # the engine most ranks name, not the last by name

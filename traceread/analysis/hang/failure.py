@@ -164,10 +164,12 @@ def _rank_files(folder: Path, pattern: str) -> list[tuple[int, Path]]:
     out: list[tuple[int, Path]] = []
     if not folder.is_dir():
         return out
+    # exactly rank{R}<suffix>: progress/ also holds rank{R}.steps and rank{R}.exit (the watch's series, docs/watch.md)
+    exact = re.compile(r"rank(\d+)" + re.escape(pattern.split("*", 1)[1] if "*" in pattern else ""))
     for i, p in enumerate(sorted(folder.glob(pattern))):
         if i >= MAX_RANK_FILES:
             break
-        m = re.match(r"rank(\d+)", p.name)
+        m = exact.fullmatch(p.name)
         r = plausible_rank(int(m.group(1))) if m and len(m.group(1)) < 8 else None
         if r is not None and regular(p):
             out.append((r, p))
