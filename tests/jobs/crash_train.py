@@ -9,7 +9,8 @@ between its backward and its all_reduce, with ``--how``:
 * ``kill``: SIGKILL to itself, as the kernel's OOM killer does (no Python error at all)
 
 ``--fail2-rank``/``--fail2-step`` make a second rank raise ``ValueError`` (FAIL-SECOND) ``--fail2-delay``
-seconds into that step, before it reaches the all_reduce that would tell it its peer is gone.
+seconds after the first rank failed (told through the job's own store, not a guess of the machine's speed),
+before it reaches the all_reduce that would tell it its peer is gone.
 ``--first-attempt-only``: fail only when ``TORCHELASTIC_RESTART_COUNT`` is 0 (torchrun ``--max-restarts 1``
 then restarts the job, and the second attempt runs to the end). The tests read the marked lines' numbers
 from this file, so the truth is the script itself.
@@ -71,9 +72,16 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        first_failed = f"crash_train/attempt{attempt}/first_failed"
         if armed and rank == args.fail_rank and step == args.fail_step and args.how != "none":
+            if args.fail2_rank >= 0:
+                store.set(first_failed, "1")  # the second rank fails after this one, whatever the machine's speed
             fail(args.how)
         if armed and rank == args.fail2_rank and step == args.fail2_step:
+            # torchrun tears the job down after the first failure (SIGTERM, SIGKILL 30 s later): ignoring SIGTERM
+            # lets this rank fail of its own, --fail2-delay after the first, on any machine
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            store.wait([first_failed], datetime.timedelta(seconds=120))
             time.sleep(args.fail2_delay)
             raise ValueError(f"second failure on rank {rank} at step {step}")  # FAIL-SECOND
         logged = loss.detach().clone()

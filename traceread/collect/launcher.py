@@ -24,7 +24,7 @@ from typing import IO, Any
 from traceread import __version__
 from traceread.collect.env import collect_env
 from traceread.collect.job_profiler import job_profilers, summary_line
-from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, read_ranks, write_json
+from traceread.collect.runinfo import build_run_json, iso, merge_host_runs, pid_running, read_ranks, write_json
 from traceread.collect.schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, short_job_active, too_short_note
 from traceread.collect.telemetry import start_telemetry
 from traceread.collect.watch import Watch, WatchOptions
@@ -444,7 +444,7 @@ def _terminate(proc: subprocess.Popen, grace_s: float, rank_pids: list[int]) -> 
     for pid in rank_pids:
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (proc.poll() is None or any(_is_alive(p) for p in rank_pids)):
+    while time.monotonic() < deadline and (proc.poll() is None or any(pid_running(p) for p in rank_pids)):
         time.sleep(0.1)
     _killpg(proc.pid, signal.SIGKILL)
     for pid in rank_pids:
@@ -456,19 +456,6 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except OSError:
         pass
-
-
-def _is_alive(pid: int) -> bool:
-    """Alive and not a zombie (a zombie rank is already dead; its parent just has not reaped it)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
 
 
 def _finalize(opts: CollectOptions, run_root: Path, host_dir: Path, layout: str, added: dict[str, str],

@@ -186,3 +186,16 @@ def merge_host_runs(run_root: Path) -> dict[str, Any] | None:
     merged["cycles"] = cycle_listing(int_ranks)
     write_json(run_root / "run.json", merged)
     return merged
+
+
+def pid_running(pid: int) -> bool:
+    """Alive and not a zombie (a rank that exited but was not reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False

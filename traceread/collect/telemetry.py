@@ -53,6 +53,14 @@ def decode_throttle(mask: int) -> list[str]:
     return out
 
 
+
+def _quiet(fn: Callable[..., Any], *args: Any) -> Any:
+    """A sensor read that a GPU or driver does not support is None, never an error (the sampler goes on)."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
 class _Nvml:
     """NVML through nvidia-ml-py; every optional counter guarded (a GPU that lacks it gives None)."""
 
@@ -81,26 +89,20 @@ class _Nvml:
         except Exception:
             self.events = None
 
-    def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception:
-            return None
-
     def describe(self, i: int) -> dict[str, Any]:
         nv, h = self.nv, self.handles[i]
-        limit = self._try(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        name = self._try(nv.nvmlDeviceGetName, h)
-        pci = self._try(nv.nvmlDeviceGetPciInfo, h)
+        limit = _quiet(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        name = _quiet(nv.nvmlDeviceGetName, h)
+        pci = _quiet(nv.nvmlDeviceGetPciInfo, h)
         bus = getattr(pci, "busId", None) if pci is not None else None
         return {"name": name.decode() if isinstance(name, bytes) else name,
-                "uuid": _text(self._try(nv.nvmlDeviceGetUUID, h)), "pci_bus_id": _text(bus),
-                "max_sm_clock_mhz": self._try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
-                "max_mem_clock_mhz": self._try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+                "uuid": _text(_quiet(nv.nvmlDeviceGetUUID, h)), "pci_bus_id": _text(bus),
+                "max_sm_clock_mhz": _quiet(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+                "max_mem_clock_mhz": _quiet(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
                 "power_limit_w": limit / 1000.0 if limit else None}
 
     def sample(self, i: int) -> dict[str, Any]:
-        nv, h, t = self.nv, self.handles[i], self._try
+        nv, h, t = self.nv, self.handles[i], _quiet
         mask = t(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
         if mask is None:
             mask = t(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
@@ -133,7 +135,7 @@ class _Nvml:
         for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
             for counter in (nv.NVML_NVLINK_ERROR_DL_REPLAY, nv.NVML_NVLINK_ERROR_DL_RECOVERY,
                             nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA):
-                v = self._try(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
+                v = _quiet(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
                 if v is None:
                     if counter == nv.NVML_NVLINK_ERROR_DL_REPLAY:
                         break  # no such link
@@ -185,25 +187,19 @@ class _AmdSmi:
         if not self.handles:
             raise RuntimeError("no AMD GPU")
 
-    def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception:
-            return None
-
     def describe(self, i: int) -> dict[str, Any]:
         a, h = self.a, self.handles[i]
-        asic = self._try(a.amdsmi_get_gpu_asic_info, h) or {}
-        power = self._try(a.amdsmi_get_power_info, h) or {}
-        clk = self._try(a.amdsmi_get_clk_freq, h, a.AmdSmiClkType.GFX) or {}
+        asic = _quiet(a.amdsmi_get_gpu_asic_info, h) or {}
+        power = _quiet(a.amdsmi_get_power_info, h) or {}
+        clk = _quiet(a.amdsmi_get_clk_freq, h, a.AmdSmiClkType.GFX) or {}
         freqs = clk.get("frequency") or []
-        return {"name": asic.get("market_name"), "uuid": self._try(a.amdsmi_get_gpu_device_uuid, h),
-                "pci_bus_id": self._try(a.amdsmi_get_gpu_device_bdf, h),
+        return {"name": asic.get("market_name"), "uuid": _quiet(a.amdsmi_get_gpu_device_uuid, h),
+                "pci_bus_id": _quiet(a.amdsmi_get_gpu_device_bdf, h),
                 "max_sm_clock_mhz": max(freqs) // 1_000_000 if freqs else None, "max_mem_clock_mhz": None,
                 "power_limit_w": _num(power.get("power_limit"))}
 
     def sample(self, i: int) -> dict[str, Any]:
-        a, h, t = self.a, self.handles[i], self._try
+        a, h, t = self.a, self.handles[i], _quiet
         m = t(a.amdsmi_get_gpu_metrics_info, h) or {}
         power = t(a.amdsmi_get_power_info, h) or {}
         status = m.get("indep_throttle_status") or m.get("throttle_status")

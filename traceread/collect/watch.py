@@ -19,7 +19,6 @@ captures and on disk, and turns a trigger into a capture request (``traceread.co
 
 from __future__ import annotations
 
-import os
 import socket
 import statistics
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from traceread.collect import captures as cap
-from traceread.collect.runinfo import iso, read_json, write_json
+from traceread.collect.runinfo import iso, pid_running, read_json, write_json
 
 ROBUST_SIGMA = 1.4826  # MAD × this = the standard deviation of a normal distribution
 
@@ -355,7 +354,7 @@ class Watch:
         host = socket.gethostname()
         pids = [doc["pid"] for doc in (read_json(p) for p in (self.host_dir / "ranks").glob("rank*.json"))
                 if doc and doc.get("host") == host and isinstance(doc.get("pid"), int)]
-        return bool(pids) and all(_running(pid) for pid in pids)
+        return bool(pids) and all(pid_running(pid) for pid in pids)
 
     def _follow_requests(self, dump: Callable[[str], dict[str, Any]]) -> None:
         """A request from ``snap``: its steps leave the baseline; with ``dump`` this launcher dumps."""
@@ -459,16 +458,3 @@ class Watch:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a rank that exited but was not reaped yet has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
