@@ -141,26 +141,17 @@ def test_skypilot_task_run_script(tmp_path: Path) -> None:
 
 
 def test_ray_job_launcher_on_a_local_ray_cluster(tmp_path: Path) -> None:
-    """A real one-machine Ray cluster (``ray start --head``), the launcher as the job's driver."""
+    """A real one-machine Ray cluster, started by the launcher as the job's driver (no address given). Nothing
+    here stops Ray for the whole machine (``ray stop`` would end another test's cluster too)."""
     pytest.importorskip("ray", reason="ray is in the [ray] extra")
-    ray_cli = str(Path(sys.executable).parent / "ray")
-    env = _env(tmp_path, RAY_USAGE_STATS_ENABLED="0")
-    port = str(_free_port())
-    for _attempt in range(3):  # Ray gives its raylet a fixed time to register: a busy box may need another go
-        start = subprocess.run([ray_cli, "start", "--head", "--port", port, "--num-cpus", "4", "--include-dashboard=false",
-                                "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
-        if start.returncode == 0:
-            break
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
-    assert start.returncode == 0, start.stderr[-2000:]
-    run = tmp_path / "run"
-    try:
+    env = _env(tmp_path, RAY_ADDRESS="", RAY_USAGE_STATS_ENABLED="0")
+    for attempt in range(3):  # Ray gives its raylet a fixed time to register: a busy box may need another go
+        run = tmp_path / f"run{attempt}"
         res = subprocess.run([sys.executable, "collectors/ray/launch.py", "--nodes", "2", "--gpus-per-node", "1",
-                              "--pack", "--address", f"127.0.0.1:{port}", "--run", str(run), "--port", str(_free_port()),
-                              "--collect-args", COLLECT_ARGS, "--", *JOB], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=600)
-    finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+                              "--pack", "--run", str(run), "--port", str(_free_port()), "--collect-args", COLLECT_ARGS,
+                              "--", *JOB], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        if res.returncode == 0 or "timed out during startup" not in res.stderr:
+            break
     assert res.returncode == 0, res.stderr[-3000:]
     _check_run(run, ["node0", "node1"], tmp_path)
 
