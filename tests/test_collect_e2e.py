@@ -142,7 +142,10 @@ def test_straggler_rank_waits_show_in_traces(tmp_path: Path) -> None:
     e0, e1 = all_reduce_arrivals_us(t0), all_reduce_arrivals_us(t1)
     waits = [sum(b - a for a, b in zip(e0[n], e1[n]) if b - a >= 5.0) for n in sorted(a0)]
     assert [len(e0[n]) for n in sorted(a0)] == [len(e1[n]) for n in sorted(a0)], (e0, e1)
-    assert top["blame_us_per_step"] == pytest.approx(sum(waits) / len(waits), abs=500), (top, gaps, waits)
+    # The gradient gap is always blamed; a loss all-reduce gap may be (ε, clustering): blame lies between the
+    # two truths, with 1 ms for clock reads on a busy machine (a matching bug doubles it: 226 vs 106 ms once).
+    lo, hi = sum(gaps) / len(gaps) - 1000.0, sum(waits) / len(waits) + 1000.0
+    assert lo <= top["blame_us_per_step"] <= hi, (top, gaps, waits)
     assert top["cause"] == "host", top  # the delay was the host's (sleep), not slower compute
     assert all(e["blame_us_per_step"] < 0.1 * top["blame_us_per_step"] for e in rep["stragglers"][1:])
     assert not [w for w in rep["warnings"] if w.startswith("collectives:")], rep["warnings"]
