@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_rebuild import rebuild_ledgers
 
 from traceread.analysis.ledger import job as job_ledger
-from traceread.assemble.report import ReportOptions, build_report
 from traceread.fmt import ms
 
 SMALL = {"layers": 2, "hidden": 2048, "heads": 16, "seq_len": 1024}
@@ -34,26 +34,10 @@ BARE = {"ranks": 2, "steps": 4, **SMALL, "host_spans": [(1, -1, "bare", 8000.0)]
 
 
 def _run(folder: Path, knobs: dict[str, Any]) -> dict[str, Any]:
-    from traceread.analysis.comm import clocks, collectives, layout
-    from traceread.assemble.rank_map import summarise_rank
-    from traceread.engine.jobs import read_rank
-    from traceread.read.ranks import identify
     from traceread.simulate import simulate
 
     truth = simulate("ddp", folder, **knobs)
-    report = build_report([folder], ReportOptions(use_cache=False, workers=1))
-    summaries = []
-    for f in sorted(folder.glob("rank*.pt.trace.json.gz")):
-        rt = read_rank(f, use_cache=False)
-        identify(rt, single=False)
-        summaries.append(summarise_rank(rt))
-    roles = {str(g["pg"]): g["role"] for g in (report.get("layout") or {}).get("groups") or []}
-    role_of = (lambda pg: roles.get(layout.group_key(pg, roles), "other")) if roles else None
-    extracts = [s.comm for s in summaries if s.comm.height]
-    matched = collectives.match_collectives(extracts)
-    clock = clocks.estimate_offsets(matched)
-    final = job_ledger.build({s.entry["rank"]: s.ledger_segments for s in summaries}, extracts, matched, clock, role_of)
-    return {"truth": truth, "report": report, "final": final}
+    return {"truth": truth, **rebuild_ledgers(folder)}
 
 
 @pytest.fixture(scope="module")
