@@ -44,13 +44,23 @@ def _collect(run: Path, job_args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
 
 
-def first_bucket_arrivals_us(trace: dict) -> dict[str, float]:
-    """Per profiled step, when this rank entered its first gradient all-reduce (DDP's first bucket:
-    where the on-time rank waits for the late one), from raw events."""
+def bucket_arrivals_us(trace: dict) -> dict[str, list[float]]:
+    """Per profiled step, when this rank entered each of its gradient all-reduces (DDP's buckets, in
+    order), from raw events."""
     ev = trace["traceEvents"]
     steps = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")}
-    starts = [e["ts"] for e in ev if e.get("name") == "gloo:all_reduce"]
-    return {n: min(t for t in starts if a <= t <= b) for n, (a, b) in steps.items() if any(a <= t <= b for t in starts)}
+    starts = sorted(e["ts"] for e in ev if e.get("name") == "gloo:all_reduce")
+    return {n: [t for t in starts if a <= t <= b] for n, (a, b) in steps.items() if any(a <= t <= b for t in starts)}
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [a, b] intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 @pytest.mark.slow
@@ -64,16 +74,23 @@ def test_late_rank_under_ddp_buckets_saves_the_injected_delay_once(tmp_path: Pat
     top = doc["findings"][0]
     assert (top["id"], top["rank"]) == ("straggler", 1), [f["title"] for f in doc["findings"]]
     assert "(host)" in top["title"]  # a CPU job: never "gpu"
-    # What rank 0 really waited per step, from the traces' own events (one host, one clock): the sleep
-    # plus whatever this machine added or took away, so no margin for a loaded machine is needed. The
-    # saving is that wait, counted once (not once per bucket), never more.
+    # What rank 0 really waited per step, from the traces' own events (one host, one clock), so no margin
+    # for a loaded machine is needed beyond clock reads.
     t0, t1 = (json.loads(gzip.decompress(next(run.rglob(f"rank{r}.pt.trace.json.gz")).read_bytes())) for r in (0, 1))
-    a0, a1 = first_bucket_arrivals_us(t0), first_bucket_arrivals_us(t1)
+    a0, a1 = bucket_arrivals_us(t0), bucket_arrivals_us(t1)
     assert len(a0) == 4 and a0.keys() == a1.keys(), (a0, a1)  # --active 4
-    gaps = [a1[n] - a0[n] for n in sorted(a0)]
-    assert min(gaps) > 0, gaps  # rank 1 (it slept) arrived last in every step
-    waited = sum(gaps) / len(gaps)
-    assert 0.8 * waited <= top["predicted_saving_us"] <= waited + 1_000, (top, waited)
+    assert all(len(a0[n]) == len(a1[n]) > 1 for n in a0), (a0, a1)
+    # Gloo runs a step's bucket all-reduces on its worker threads as backward launches them, so rank 0
+    # is held back on rank 1 while any bucket it entered waits for rank 1 to enter it: the union of
+    # [rank 0 entered, rank 1 entered] over the step's buckets. That is the most the step could shrink
+    # (with 1 ms for clock reads on a busy machine); counting the wait once per bucket would be a
+    # multiple of it. The saving is rank 1's own work beyond rank 0's, so where the busy machine slowed
+    # rank 0 too it is less than the first bucket's gap: most of that gap is still the floor.
+    first = [a1[n][0] - a0[n][0] for n in sorted(a0)]
+    assert min(first) > 0, first  # rank 1 (it slept) arrived last in every step
+    held = [union_us([(a, b) for a, b in zip(a0[n], a1[n]) if b > a]) for n in sorted(a0)]
+    lo, hi = 0.8 * sum(first) / len(first), sum(held) / len(held) + 1_000
+    assert lo <= top["predicted_saving_us"] <= hi, (top, first, held)
     assert top["predicted_saving_us"] <= top["impact_us_per_step"] <= doc["coverage"]["step_us"]
     (e,) = [s for s in doc["stragglers"] if s["rank"] == 1]
     # the entry is the rank's what-if alone; the finding's saving is what is left of it once earlier
