@@ -481,3 +481,21 @@ def test_trace_rewritten_in_place_with_same_size_and_mtime_is_read_afresh(tmp_pa
     after = read_rank(trace, cache_dir=cache)
     assert new_name in set(after.host["name"].to_list())
     assert new_name not in set(before.host["name"].to_list())
+
+
+@pytest.mark.parametrize(("excess", "gpu_rank", "cause"), [
+    ({"compute_bound": 5, "host_bound": 3}, True, "gpu"),
+    ({"compute_bound": 5, "host_bound": 3}, False, "cpu_ops"),  # a CPU rank's compute is its operators
+    ({"compute_other": 3, "idle_other": 5}, True, "host"),
+    ({"compute_other": 3, "idle_other": 5}, False, "host"),  # time outside its operators (a loader, a sleep)
+    ({"memory_bound": 4, "host_bound": 4}, False, "cpu_ops"),  # a tie goes to the operators
+    ({}, False, "unknown"),
+])
+def test_late_rank_cause_on_gpu_and_cpu_ranks(excess: dict[str, int], gpu_rank: bool, cause: str) -> None:
+    """A CPU-only rank late by its own operators (a larger batch) is ``cpu_ops``, never ``host`` with a
+    data-loader explanation; late by time outside its operators it is ``host``; a GPU rank keeps gpu/host."""
+    from traceread.analysis.ledger.job import _cause, _Late
+
+    late = _Late(3)
+    late.excess.update(excess)
+    assert _cause(late, {3} if gpu_rank else {0}) == cause

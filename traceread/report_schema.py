@@ -93,11 +93,15 @@ class CollectiveEntry(TypedDict, total=False):
     link_source: str  # what decided the link (NCCL log, the usual NIC of the GPU, the device table)
 
 
+#: What a late rank's own steps show beyond the other ranks' (window ledger; docs/ledger.md "cause").
+LEDGER_CAUSES: tuple[str, ...] = ("gpu", "host", "cpu_ops")
+
+
 class StragglerEntry(TypedDict, total=False):
     rank: int
     blame_us_per_step: float
     arrived_last: int
-    cause: str  # "gpu" | "host" | "unknown"
+    cause: str  # "gpu" | "host" | "cpu_ops" (a CPU-only rank's own operators, window ledger) | "unknown"
     # extras
     root: bool  # False when the rank was only late because it waited on someone earlier
     evidence: str

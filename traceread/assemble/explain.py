@@ -203,11 +203,17 @@ def host_bound(host_us: float, step_us: float | None) -> str:
             "Fewer, larger kernels (torch.compile, CUDA graphs, a bigger batch) or a faster input pipeline fix this.")
 
 
+#: Why a CPU-only rank whose own operators took longer was late (cause ``cpu_ops``).
+CPU_OPS_WHY = ("its own operators took longer on its CPU: more work on that rank (a larger batch or sequence, "
+               "an uneven shard) or a slower or busier CPU")
+
+
 def straggler(rank: int, impact_us: float, cause: str, step_us: float | None, blame_us: float | None = None) -> str:
     """Why one late rank slows everyone, and the two numbers: waiting caused (blame) vs step time saved (impact)."""
     share = f" ({pct(100.0 * impact_us / step_us)} of the step)" if step_us else ""
     why = {"gpu": "its own GPU work took longer (slower or throttled GPU, or more work on that rank)",
-           "host": "its CPU launched work late (data loading, Python overhead, another process on the host)"}.get(
+           "host": "its CPU launched work late (data loading, Python overhead, another process on the host)",
+           "cpu_ops": CPU_OPS_WHY}.get(
         cause, "the trace does not say whether its GPU or its host was slow")
     text = (f"A collective finishes only when its last member arrives, so every other rank waits for rank "
             f"{rank}. If it were on time, each step would be about {ms(impact_us)} shorter{share}. "
@@ -379,7 +385,8 @@ def _cp_advice(n: dict[str, Any], share: float, category: str) -> tuple[str, flo
 def _straggler_advice(n: dict[str, Any], share: float) -> tuple[str, float | None]:
     rank, cause = n.get("rank"), str(n.get("cause") or "unknown")
     why = {"gpu": "its own GPU work took longer (check its clocks/thermals, or an uneven share of the work)",
-           "host": "its CPU launched work late (data loader, Python, another process on that host)"}.get(
+           "host": "its CPU launched work late (data loader, Python, another process on that host)",
+           "cpu_ops": CPU_OPS_WHY}.get(
         cause, "the trace does not say whether its GPU or its host was slow")
     return (f"Every member of the collective waited for rank {rank}: {why}. Fixing that rank saves up to "
             f"{ms(share)} per step; compare it with a healthy rank (traceread diff).", share)

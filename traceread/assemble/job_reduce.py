@@ -17,7 +17,7 @@ from traceread.assemble.rank_map import RankSummary
 from traceread.errors import TraceFileError, guarded
 from traceread.model import FLOW_SCHEMA, GPU_SCHEMA, HOST_SCHEMA, STEP_SCHEMA, RankTrace, empty_frame
 from traceread.options import MAX_MISMATCH_WARNINGS, ReportOptions
-from traceread.report_schema import Report
+from traceread.report_schema import LEDGER_CAUSES, Report
 
 if TYPE_CHECKING:
     from traceread.report_schema import Memory
@@ -168,7 +168,7 @@ def straggler_costs(report: Report) -> None:
         x = late.get(int(e["rank"]))
         e["impact_us_per_step"] = float(x["saving_us"]) / int(w["steps"]) if x else 0.0
         e["noise"] = not (x and x.get("straggler"))
-        if x and x.get("cause") in ("gpu", "host"):  # what its own steps show beyond the others'
+        if x and x.get("cause") in LEDGER_CAUSES:  # what its own steps show beyond the others'
             e["cause"] = x["cause"]
 
 

@@ -476,14 +476,16 @@ GPU_WORK = frozenset({"compute_bound", "memory_bound", "compute_other"})
 def _cause(e: _Late, gpu_ranks: set[int]) -> str:
     """Why the late rank was late, from its own work above the other ranks' in the same steps: ``gpu``
     when most of it is GPU compute (only where GPU work is measured), ``host`` when it is time the
-    GPU waited for the host (or, on a CPU-only rank, any of it), ``unknown`` without any excess."""
-    gpu = sum(ns for c, ns in e.excess.items() if c in GPU_WORK)
+    GPU waited for the host; on a CPU-only rank, whose operators run on the host, ``cpu_ops`` when most
+    of it is its operators (more work, or a slower CPU) and ``host`` when it is time outside them
+    (a data loader, a sleep); ``unknown`` without any excess."""
+    ops = sum(ns for c, ns in e.excess.items() if c in GPU_WORK)
     host = sum(ns for c, ns in e.excess.items() if c not in GPU_WORK)
-    if gpu + host <= 0:
+    if ops + host <= 0:
         return "unknown"
-    if e.rank not in gpu_ranks:
+    if ops < host:
         return "host"
-    return "gpu" if gpu >= host else "host"
+    return "gpu" if e.rank in gpu_ranks else "cpu_ops"
 
 
 def _spread(durations: list[int]) -> float:

@@ -44,7 +44,7 @@ from traceread.assemble.findings.base import Budget, SpanId, make_finding
 from traceread.assemble.findings.window import Key, Window, parts_by_key
 from traceread.assemble.queries import med, network_loss_us
 from traceread.fmt import ms, rank_list, step_name
-from traceread.report_schema import Finding, Report
+from traceread.report_schema import LEDGER_CAUSES, Finding, Report
 
 #: Ledger categories that are time to recover (a finding each), with the finding id.
 RECOVERABLE: dict[str, str] = {
@@ -223,20 +223,24 @@ def _slow_steps(report: Report, win: Window, budget: Budget) -> list[Finding]:
 
 
 def _straggler_cause(report: Report, rank: int, claims: list[dict[str, Any]], ledger_cause: str | None) -> str:
-    """gpu / host / unknown: what the late rank's own steps show beyond the other ranks' (window
-    ledger), else the straggler analysis' cause, else what its critical-path time was; "gpu" only
-    where GPU work is measured."""
+    """gpu / host / cpu_ops / unknown: what the late rank's own steps show beyond the other ranks'
+    (window ledger), else the straggler analysis' cause, else what its critical-path time was; "gpu"
+    only where GPU work is measured (a CPU-only rank's compute is its operators: "cpu_ops")."""
     cpu = rank in _cpu_ranks(report)
     entry = next((s for s in report.get("stragglers") or [] if s.get("rank") == rank), None)
-    cause = ledger_cause if ledger_cause in ("gpu", "host") else str((entry or {}).get("cause") or "")
-    if cause not in ("gpu", "host"):
+    cause = ledger_cause if ledger_cause in LEDGER_CAUSES else str((entry or {}).get("cause") or "")
+    if cause not in LEDGER_CAUSES:
         mix: dict[str, float] = defaultdict(float)
         for c in claims:
             mix["gpu" if c["category"] in COMPUTE_CATEGORIES else "host"] += float(c["us"])
         cause = max(mix, key=lambda k: mix[k]) if mix else "unknown"
     if cause == "gpu" and cpu:
-        cause = "host"
+        cause = "cpu_ops"
     return cause
+
+
+#: How a straggler's cause reads in its title.
+CAUSE_WORDS = {"cpu_ops": "CPU operators"}
 
 
 #: How a collective reads in a sentence.
@@ -290,7 +294,7 @@ def _stragglers(report: Report, win: Window, budget: Budget) -> list[Finding]:
         role = e.get("role")
         st = entries.get(rank) or {}
         where = _waited_in(report, role)
-        title = (f"Rank {rank} is a straggler ({cause}): the others waited for it in {where}, "
+        title = (f"Rank {rank} is a straggler ({CAUSE_WORDS.get(cause, cause)}): the others waited for it in {where}, "
                  f"{_per(win, got)} per step of its own work on the critical path; steps would be about "
                  f"{_per(win, saving)} shorter if it were on time")
         why_late = sp.late_cause(e)  # from its host time beyond the other ranks', per covering span
