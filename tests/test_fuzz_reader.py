@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceread.engine.jobs import read_rank, read_traces
-from traceread.errors import TraceFileError
+from traceread.errors import TraceFileError, TraceReadError
 from traceread.model import GPU_SCHEMA, HOST_SCHEMA, RankTrace
 from traceread.read import inflate, parse, stream
 
@@ -286,3 +286,27 @@ def test_max_rank_bytes_option(tmp_path: Path, sources: dict[str, bytes]) -> Non
         capture_output=True, text=True,
     )
     assert bad.returncode == 2 and "not a size" in bad.stderr
+
+
+def test_a_limit_given_in_process_does_not_outlive_its_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report --max-rank-bytes` run in-process (CliRunner, a notebook) and ``traceread.analyze(max_rank_bytes=)``
+    set the limit for their own read only: the next call in the same process reads at the default again (the
+    limit once stayed in the environment and refused every later trace over 8 MiB)."""
+    from click.testing import CliRunner
+
+    import traceread
+    from traceread.cli import cli
+
+    monkeypatch.delenv(inflate.MAX_RANK_BYTES_ENV, raising=False)
+    run = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["simulate", "ddp", "-o", str(run), "--ranks", "2", "--steps", "2"]).exit_code == 0
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-cache", "--format", "json", "--max-rank-bytes", "1KiB"])
+    assert res.exit_code == 2 and "--max-rank-bytes" in res.output, res.output
+    assert inflate.MAX_RANK_BYTES_ENV not in os.environ
+    with pytest.raises(TraceReadError):
+        traceread.analyze(run, use_cache=False, max_rank_bytes="1KiB")
+    assert inflate.MAX_RANK_BYTES_ENV not in os.environ
+    assert traceread.analyze(run, use_cache=False).document["ranks"]  # read at the default
+    monkeypatch.setenv(inflate.MAX_RANK_BYTES_ENV, "123456789")  # a limit the user set stays theirs
+    CliRunner().invoke(cli, ["report", str(run), "--no-cache", "--format", "json", "--max-rank-bytes", "1KiB"])
+    assert os.environ[inflate.MAX_RANK_BYTES_ENV] == "123456789"

@@ -259,11 +259,10 @@ def analyze(paths: PathLike | Sequence[PathLike], *, max_rank_bytes: int | str |
     if not items:
         raise TraceReadError("no paths given")
     opts = options(**kw)
-    if max_rank_bytes is not None:
-        from traceread.read.inflate import MAX_RANK_BYTES_ENV, parse_size
-
-        os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(str(max_rank_bytes)))
-    given = [str(p) if isinstance(p, os.PathLike) else p for p in items]
     from traceread.compare.captures import build_watched
+    from traceread.read.inflate import parse_size, rank_bytes_limit
 
-    return Report(build_watched(given, opts))  # type: ignore[arg-type]  # --cycle all and watched runs too
+    limit = parse_size(str(max_rank_bytes)) if max_rank_bytes is not None else None
+    given = [str(p) if isinstance(p, os.PathLike) else p for p in items]
+    with rank_bytes_limit(limit):  # this call's limit only: the next call without one gets the default
+        return Report(build_watched(given, opts))  # type: ignore[arg-type]  # --cycle all and watched runs too

@@ -62,13 +62,15 @@ def _storage_options(text: str | None) -> dict[str, Any]:
 
 
 def _set_max_rank_bytes(text: str) -> None:
-    """The reader's size guard, through the environment so spawned reader workers see it too."""
-    from traceread.read.inflate import MAX_RANK_BYTES_ENV, parse_size
+    """The reader's size guard, through the environment so spawned reader workers see it too; restored
+    when the command ends (a command run in-process, as tests and notebooks do, leaves no limit behind)."""
+    from traceread.read.inflate import parse_size, rank_bytes_limit
 
     try:
-        os.environ[MAX_RANK_BYTES_ENV] = str(parse_size(text))
+        limit = parse_size(text)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-rank-bytes") from None
+    click.get_current_context().with_resource(rank_bytes_limit(limit))
 
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,6 +13,7 @@ import io
 import os
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,6 +42,24 @@ def max_rank_bytes(explicit: int | None = None) -> int:
         return explicit
     env = os.environ.get(MAX_RANK_BYTES_ENV, "")
     return int(env) if env.isdigit() else DEFAULT_MAX_RANK_BYTES
+
+
+@contextmanager
+def rank_bytes_limit(limit: int | None) -> Iterator[None]:
+    """``$TRACEREAD_MAX_RANK_BYTES`` set to ``limit`` while the block runs (spawned reader workers inherit
+    it), then as it was: a limit given to one command or API call never outlives it in the process."""
+    if limit is None:
+        yield
+        return
+    before = os.environ.get(MAX_RANK_BYTES_ENV)
+    os.environ[MAX_RANK_BYTES_ENV] = str(limit)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MAX_RANK_BYTES_ENV, None)
+        else:
+            os.environ[MAX_RANK_BYTES_ENV] = before
 
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
