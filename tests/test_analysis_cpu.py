@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import needs
 import polars as pl
 import pytest
+from ports import free_port as _free_port
 from rank_factory import make_rank
 
 from traceread.analysis.time.cpu_breakdown import cpu_breakdown
@@ -116,12 +116,6 @@ def test_ddp_gloo_sample(samples_dir: Path) -> None:
         assert out["comm_us"] == pytest.approx(python_union(spans), abs=1e-6)
         assert 0 <= out["exposed_comm_us"] <= out["comm_us"]
         assert sum(t["comm_us"] for t in out["threads"]) >= out["comm_us"] - 1e-6
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _gloo_worker(rank: int, world: int, port: int, out_dir: str) -> None:  # runs in a child process

@@ -16,18 +16,13 @@ from pathlib import Path
 
 import needs
 import pytest
+from ports import free_port
 
 needs.module("torch")
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_train.py"
 pytestmark = pytest.mark.slow
 SHORT_WINDOW = ["--wait", "1", "--warmup", "1", "--active", "2"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def collect(run: Path, job_args: list[str], collect_args: list[str] = (), env: dict[str, str] | None = None,

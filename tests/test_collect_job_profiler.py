@@ -14,24 +14,18 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import needs
 import pytest
+from ports import free_port
 
 needs.module("torch")
 
 JOB = Path(__file__).resolve().parent / "jobs" / "own_profiler_train.py"
 STEPS = 22
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def collect(tmp: Path, collect_args: list[str], job_args: list[str]) -> tuple[subprocess.CompletedProcess, Path, Path]:

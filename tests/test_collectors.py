@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port as _free_port
 
 pytest.importorskip("torch", reason="the recipes run a real torchrun job")
 
@@ -50,12 +50,6 @@ SCONTROL_SHIM = """#!/bin/sh
 # scontrol stand-in: every node of the allocation is reachable as localhost here.
 [ "$1 $2" = "show hostnames" ] && echo localhost
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:

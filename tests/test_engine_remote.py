@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import needs
 import pytest
 from engine_docs import differences
+from ports import free_port as _free_port
 
 from traceread.assemble.report import ReportOptions, build_report
 
@@ -22,12 +22,6 @@ moto_server = needs.module("moto.server")
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "ddp_straggler_h100"
 BUCKET = "traces"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

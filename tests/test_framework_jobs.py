@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,18 +28,13 @@ from typing import Any
 
 import needs
 import pytest
+from ports import free_port
 
 needs.module("torch")
 
 JOBS = Path(__file__).resolve().parent / "jobs" / "frameworks"
 WINDOW = ["--wait", "2", "--warmup", "1", "--active", "6"]
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def collect_and_report(tmp: Path, script: str, job_args: list[str]) -> dict[str, Any]:

@@ -13,25 +13,19 @@ quarter of rank 1's. The workload line says the ``ACCUM`` micro-steps per optimi
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import needs
 import pytest
+from ports import free_port as _free_port
 
 from traceread.assemble.report import ReportOptions, build_report
 
 JOB = Path(__file__).resolve().parent / "jobs" / "slow_loader_train.py"
 SPAN = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 SLEEP_MS, BATCH, ACCUM = 10.0, 2, 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -14,23 +14,17 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import needs
 import pytest
+from ports import free_port as _free_port
 
 from traceread.assemble.report import ReportOptions, build_report
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_buckets_train.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _collect(run: Path, job_args: list[str]) -> subprocess.CompletedProcess:
