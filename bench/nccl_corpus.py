@@ -2,6 +2,7 @@
 
     python bench/nccl_corpus.py            # table per family, dev and holdout
     python bench/nccl_corpus.py --json     # the same as JSON
+    python bench/nccl_corpus.py --batch 6  # one collection batch only (e.g. a holdout batch scored untuned)
 
 The corpus (tests/data/nccl_corpus/corpus.json) names each log's source thread, the cause family the
 thread established, and its split: ``dev`` logs were read while the signatures were written,
@@ -29,8 +30,10 @@ def predict(log: Path) -> tuple[str | None, dict[str, Any] | None, dict[str, Any
     return (top or {}).get("family"), top, s
 
 
-def score(split: str | None = None) -> dict[str, Any]:
-    """Per family: tp, predicted, actual, precision, recall; and the logs read, right and wrong."""
+def score(split: str | None = None, batch: int | None = None) -> dict[str, Any]:
+    """Per family: tp, predicted, actual, precision, recall; and the logs read, right and wrong.
+
+    ``split`` and ``batch`` (corpus.json's collection batch) each narrow the logs scored when given."""
     entries = json.loads((CORPUS / "corpus.json").read_text())["logs"]
     tp: Counter[str] = Counter()
     pred: Counter[str] = Counter()
@@ -38,6 +41,8 @@ def score(split: str | None = None) -> dict[str, Any]:
     rows = []
     for e in entries:
         if split and e["split"] != split:
+            continue
+        if batch is not None and e.get("batch") != batch:
             continue
         fam, top, s = predict(CORPUS / f"{e['id']}.log")
         actual[e["family"]] += 1
@@ -56,8 +61,20 @@ def score(split: str | None = None) -> dict[str, Any]:
             "families": table, "rows": rows}
 
 
+def _batch_arg(argv: list[str]) -> int | None:
+    if "--batch" not in argv:
+        return None
+    i = argv.index("--batch")
+    if i + 1 >= len(argv) or not argv[i + 1].isdigit():
+        raise SystemExit("usage: nccl_corpus.py [--json] [--batch N]")
+    return int(argv[i + 1])
+
+
 def main() -> None:
-    out = {split: score(split) for split in ("dev", "holdout")}
+    batch = _batch_arg(sys.argv)
+    out = {split: score(split, batch) for split in ("dev", "holdout")}
+    if batch is not None:
+        out = {f"{split} batch {batch}": r for split, r in out.items() if r["logs"]}
     if "--json" in sys.argv:
         print(json.dumps(out, indent=1))
         return

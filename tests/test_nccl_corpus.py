@@ -30,7 +30,10 @@ def test_corpus_is_catalogued_and_split_before_scoring() -> None:
     assert len(ids) == len(set(ids)) >= 30
     assert {e["split"] for e in ENTRIES} == {"dev", "holdout"}
     holdout = [e for e in ENTRIES if e["split"] == "holdout"]
-    assert 0.2 <= len(holdout) / len(ENTRIES) <= 0.4
+    # Every batch collected after a freeze stays holdout for good (tuning on it would make it a second dev
+    # set), so the holdout share only grows with each frozen batch: batch 6 took it from 14/44 to 22/52.
+    # The bound keeps a real dev set (>= 45%) and a holdout worth reporting (>= 20%); it is not a target.
+    assert 0.2 <= len(holdout) / len(ENTRIES) <= 0.55
     for e in ENTRIES:
         assert (CORPUS / f"{e['id']}.log").is_file(), e["id"]
         assert e["source"].startswith("https://github.com/") and e["established_by"]
