@@ -52,6 +52,10 @@ SOURCE_LINES = [
      "timed out, on dev mlx5_0:1, curr state INIT, next state RTR, local GID index 3"),
     ("ib_reg_failed", "gdr", P + "transport/net_ib.cc:1100 NCCL WARN NET/IB : ibv_reg_mr failed in ncclIbRegMr "
      "(errno 14 Bad address)"),
+    ("ib_reg_failed", "gdr", P + "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot "
+     "allocate memory"),
+    ("ib_reg_failed", "gdr", P + "misc/ibvwrap.cc:290 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error "
+     "Bad address"),
     ("ib_async_event", "ib_fabric", P + "transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_2:1 async fatal event: "
      "local catastrophic error"),
     ("ib_incompatible", "ib_fabric", P + "transport/net_ib.cc:700 NCCL WARN NET/IB : Attempted to merge incompatible "

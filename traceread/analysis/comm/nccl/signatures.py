@@ -336,7 +336,8 @@ CATALOGUE: tuple[Signature, ...] = (
               "Check the EFA driver supports GPUDirect on this instance type, `ulimit -l unlimited` in the container, "
               "and FI_EFA_USE_DEVICE_RDMA.", confidence="medium", source="aws-ofi-nccl nccl_ofi_rdma.cpp"),
     Signature("ib_reg_failed", "gdr", "net/IB",
-              _r(r"ibv_reg_(?:dmabuf_)?mr\b.*fail|Failed to register memory|Unable to register memory|"
+              # ibv_reg_mr, ibv_reg_mr_iova2 (NCCL >= 2.19 on recent rdma-core), ibv_reg_dmabuf_mr: misc/ibvwrap.cc
+              _r(r"ibv_reg_(?:dmabuf_)?mr(?:_iova2?)?\b.*fail|Failed to register memory|Unable to register memory|"
                  r"ibv_reg_mr failed|reg_mr failed"),
               "the NIC could not register memory: GPU buffers need nvidia-peermem or DMA-BUF for GPUDirect RDMA, "
               "and host buffers need a large enough locked-memory limit",
