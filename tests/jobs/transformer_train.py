@@ -8,7 +8,8 @@ Knobs: --steps, --layers, --d-model, --heads, --seq, --batch, --vocab, --same-gp
 --stall-gpu-step K (CUDA only: at step K the GPU is made to spin for --stall-s seconds before the forward, as a
 GPU that stopped would; DDP's gradient all-reduces queue behind it, the host blocks at the next loss print, and
 NCCL's watchdog / a Flight Recorder dump sees those collectives scheduled but never started),
---nccl-timeout S (the process group's timeout).
+--nccl-timeout S (the process group's timeout), --big-batch-rank R --big-batch-factor F (rank R trains on F times the
+batch: late by its own GPU work).
 """
 
 import argparse
@@ -74,6 +75,8 @@ def main() -> None:
     ap.add_argument("--stall-gpu-step", type=int, default=-1, help="CUDA: the GPU spins at this step")
     ap.add_argument("--stall-s", type=float, default=600.0, help="how long the GPU spins (seconds)")
     ap.add_argument("--nccl-timeout", type=float, default=600.0, help="process group timeout (seconds)")
+    ap.add_argument("--big-batch-rank", type=int, default=-1, help="this rank's batch is --big-batch-factor times larger")
+    ap.add_argument("--big-batch-factor", type=int, default=1)
     args = ap.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -97,10 +100,11 @@ def main() -> None:
         model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=cuda)
     g = torch.Generator(device="cpu").manual_seed(rank)
+    batch = args.batch * (args.big_batch_factor if rank == args.big_batch_rank else 1)
     for step in range(args.steps):
         if step == args.stall_gpu_step:
             torch.cuda._sleep(int(args.stall_s * 2e9))  # one kernel spins >= stall_s (SM clock <= 2 GHz): it "stopped"
-        idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(dev, non_blocking=True)
+        idx = torch.randint(0, args.vocab, (batch, args.seq + 1), generator=g).to(dev, non_blocking=True)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(idx[:, :-1])
             loss = F.cross_entropy(logits.float().view(-1, args.vocab), idx[:, 1:].reshape(-1))
