@@ -112,7 +112,7 @@ def test_hf_trainer_slow_loader_is_the_answer(hf_trainer: dict[str, Any]) -> Non
 def test_lightning_slow_checkpoint_storage_is_the_answer(lightning: dict[str, Any]) -> None:
     """Lightning's own profiler ran: collect stepped aside and the report read Lightning's traces, whose
     ``save_checkpoint`` span on rank 0 holds 150 ms per save, one save every 2 steps (75 ms per step:
-    any 6 consecutive steps hold exactly 3 saves)."""
+    any 6 consecutive steps hold exactly 3 saves), counted once over the findings; the answer names it."""
     truth = lightning["truth"]["truth.rank0.json"]
     assert truth["saves"] == 6 and truth["sleep_ms_per_step"] == 75.0
     text = "\n".join(ln for ln in lightning["collect"].stderr.splitlines() if ln.startswith("[traceread]"))
@@ -125,8 +125,15 @@ def test_lightning_slow_checkpoint_storage_is_the_answer(lightning: dict[str, An
     assert answer["rank"] == 0
     top = answer["spans"][0]
     assert top["rank"] == 0 and top["family"] == "checkpoint" and "save_checkpoint" in top["span"]
-    assert within(top["us_per_step"], 75.0), top
-    assert claims(report, 0, "checkpoint", 0.5 * 75e3) == [answer["id"]]
+    # The save's time is counted once: the findings that hold rank 0's checkpoint span add up to the sleep. The
+    # answer names it first; on a busy machine part of the same time may be claimed by another finding first
+    # (a late rank, a slow step: the order of docs/ledger.md), never twice. The message carries the window.
+    held = [(f["id"], s["us_per_step"]) for f in report["findings"] for s in f.get("spans") or []
+            if s.get("rank") == 0 and s.get("family") == "checkpoint"]
+    why = (held, report["ledger"]["window"].get("by_step"), [(f["id"], f["title"], f.get("spans")) for f in report["findings"]])
+    total = sum(us for _, us in held)
+    assert within(total, 75.0) and total <= 1.5 * 75e3, why  # twice would be a double count
+    assert answer["id"] in {fid for fid, _ in held} and len(held) == len({fid for fid, _ in held}), why
 
 
 def test_deepspeed_gc_pause_is_the_answer(deepspeed: dict[str, Any]) -> None:
