@@ -133,7 +133,7 @@ def test_lightning_slow_checkpoint_storage_is_the_answer(lightning: dict[str, An
     why = (held, report["ledger"]["window"].get("by_step"), [(f["id"], f["title"], f.get("spans")) for f in report["findings"]])
     total = sum(us for _, us in held)
     assert within(total, 75.0) and total <= 1.5 * 75e3, why  # twice would be a double count
-    assert answer["id"] in {fid for fid, _ in held} and len(held) == len({fid for fid, _ in held}), why
+    assert answer["id"] in {fid for fid, _ in held}, why  # (a finding may list several checkpoint spans)
 
 
 def test_deepspeed_gc_pause_is_the_answer(deepspeed: dict[str, Any]) -> None:
