@@ -8,7 +8,6 @@ warnings. ``bench/fuzz_cli.py --cache-flips N`` runs many more.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -16,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cache_edits import cached_then_edited
 
 from traceread.assemble.report import build_report
 from traceread.engine import caches
@@ -79,24 +79,13 @@ def test_bit_flips_never_change_the_answer(tmp_path: Path, layer: str) -> None:
 def test_trace_replaced_by_one_of_the_same_size_and_mtime(tmp_path: Path) -> None:
     """Same path, size and mtime, other content (a copy over it, a restore): read afresh."""
     src = next((SAMPLE / "traces").glob("rank0.pt.trace.json.gz"))
-
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    text = json.dumps(doc)
-    trace = tmp_path / "rank0.pt.trace.json"
-    trace.write_text(text)
-    cache = tmp_path / "cache"
-    before = read_rank(trace, cache_dir=cache)
-    st = trace.stat()
-    op = next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op")
-    new_name = "z" * len(op["name"])
-    op["name"] = new_name
-    changed = json.dumps(doc)
-    assert len(changed) == len(text)
+    edit = cached_then_edited(src, tmp_path)
+    trace, st = edit.trace, edit.stat
     replacement = tmp_path / "other.json"
-    replacement.write_text(changed)
+    replacement.write_bytes(edit.changed)
     os.replace(replacement, trace)  # a new file (inode) in its place ...
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... with the old mtime
     assert (trace.stat().st_size, trace.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    after = read_rank(trace, cache_dir=cache)
+    after = read_rank(trace, cache_dir=edit.cache)
     names = set(after.host["name"].to_list())
-    assert new_name in names and new_name not in set(before.host["name"].to_list())
+    assert edit.new_name in names and edit.new_name not in set(edit.before.host["name"].to_list())

@@ -10,7 +10,6 @@ tests fails on its mutant.
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import os
 import time
@@ -19,6 +18,7 @@ from statistics import fmean, stdev
 from typing import Any
 
 import pytest
+from cache_edits import cached_then_edited
 from rank_factory import frame, host_rows
 
 from traceread.analysis.comm.nccl.logs import parse_nccl_logs
@@ -458,29 +458,19 @@ def test_trace_rewritten_in_place_with_same_size_and_mtime_is_read_afresh(tmp_pa
     """docs/report-speed.md: a trace's identity is path + size + mtime + inode + ctime. Rewritten *in place*
     (same inode) with other bytes of the same length and its mtime put back, only the change time
     differs: the parse cache must miss and the new content be read."""
-    doc = json.loads(gzip.decompress((CPU_RUN / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
-    text = json.dumps(doc)
-    trace = tmp_path / "rank0.pt.trace.json"
-    trace.write_text(text)
-    cache = tmp_path / "cache"
-    before = read_rank(trace, cache_dir=cache)
-    st = trace.stat()
-    op = next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op")
-    new_name = "z" * len(op["name"])
-    op["name"] = new_name
-    changed = json.dumps(doc).encode()
-    assert len(changed) == st.st_size
+    edit = cached_then_edited(CPU_RUN / "traces" / "rank0.pt.trace.json.gz", tmp_path)
+    trace, st = edit.trace, edit.stat
     with open(trace, "r+b") as fh:  # in place: the same inode
-        fh.write(changed)
+        fh.write(edit.changed)
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
     while trace.stat().st_ctime_ns == st.st_ctime_ns:  # a coarse clock: wait for the change time to move
         time.sleep(0.01)
         os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
     now = trace.stat()
     assert (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
-    after = read_rank(trace, cache_dir=cache)
-    assert new_name in set(after.host["name"].to_list())
-    assert new_name not in set(before.host["name"].to_list())
+    after = read_rank(trace, cache_dir=edit.cache)
+    assert edit.new_name in set(after.host["name"].to_list())
+    assert edit.new_name not in set(edit.before.host["name"].to_list())
 
 
 @pytest.mark.parametrize(("excess", "gpu_rank", "cause"), [
