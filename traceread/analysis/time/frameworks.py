@@ -59,13 +59,7 @@ def micro_steps(host: pl.DataFrame, windows: pl.DataFrame) -> int | None:
         ev = host.filter(pl.col("name").str.contains(rx.pattern).fill_null(False) & pl.col("ts").is_not_null())
         if ev.height == 0:
             continue
-        if "parent" in ev.columns:  # nested repeats of the fetch (a wrapper's __next__ around the loader's) once
-            pname = host["name"].to_numpy()
-            par = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-            ok = par >= 0
-            nested = np.zeros(ev.height, dtype=bool)
-            nested[ok] = [bool(rx.search(str(n))) for n in pname[par[ok]]]
-            ev = ev.filter(pl.Series(~nested))
+        ev = _outermost(ev, host, rx)  # nested repeats of the fetch (a wrapper's __next__ around the loader's) once
         w = windows.sort("start")
         ws, we = w["start"].to_numpy(), w["end"].to_numpy()
         ts = ev["ts"].to_numpy()
@@ -76,6 +70,18 @@ def micro_steps(host: pl.DataFrame, windows: pl.DataFrame) -> int | None:
         med = int(np.median(counts))
         return med if med >= 2 else None
     return None
+
+
+def _outermost(ev: pl.DataFrame, host: pl.DataFrame, rx: re.Pattern[str]) -> pl.DataFrame:
+    """``ev`` (rows of ``host`` matching ``rx``) without those whose parent span matches ``rx`` too."""
+    if "parent" not in ev.columns:
+        return ev
+    pname = host["name"].to_numpy()
+    par = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    ok = par >= 0
+    nested = np.zeros(ev.height, dtype=bool)
+    nested[ok] = [bool(rx.search(str(n))) for n in pname[par[ok]]]
+    return ev.filter(pl.Series(~nested))
 
 
 def job_framework(per_rank: Sequence[dict[str, Any] | None]) -> tuple[dict[str, str] | None, int | None]:
@@ -107,13 +113,7 @@ def optimizer_steps(host: pl.DataFrame) -> pl.DataFrame | None:
                      & pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
     if ev.height < 2:
         return None
-    if "parent" in ev.columns:  # an optimizer step inside another (a wrapper's step around the inner one): once
-        pname = host["name"].to_numpy()
-        par = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-        ok = par >= 0
-        nested = np.zeros(ev.height, dtype=bool)
-        nested[ok] = [bool(_OPT_STEP.search(str(n))) for n in pname[par[ok]]]
-        ev = ev.filter(pl.Series(~nested))
+    ev = _outermost(ev, host, _OPT_STEP)  # an optimizer step inside another (a wrapper's around the inner one): once
     tid = ev.group_by("tid").len().sort(["len", "tid"], descending=[True, False])["tid"][0]
     ends = ev.filter(pl.col("tid") == tid).sort("ts")["end"].to_numpy().astype(np.float64)
     if ends.size < 2:
