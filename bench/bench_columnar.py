@@ -1,22 +1,21 @@
-"""Would a native columnar JSON reader beat the msgspec path? Measured on the same files in one run.
+"""The two read paths, and the native decoders behind the columnar one, on the same files in one run.
 
 For each file, one after the other in this one process (so every ratio compares like with like on
 a loaded machine):
 
 * ``floor``: ``bench/floor.py`` (gunzip + msgspec typed decode of every event, args raw);
-* ``traceread``: ``parse_file`` — the msgspec read path, the whole rank's tables (nesting and
+* ``msgspec read``: ``parse_file`` with the default reader — the rank's whole tables (nesting and
   kernel/launch links included);
-* ``ndjson``: the byte transform a native NDJSON reader needs — the ``traceEvents`` array with its
-  newlines removed and one event per line (``}`` ``,`` ``{`` at the boundaries), in Python ``re``;
-* ``polars 5``: ``polars.read_ndjson`` of that text with five top-level fields (ph cat name ts dur);
-* ``polars full``: the same with the explicit schema of every field the tables keep (the args of
-  :class:`traceread.read.decode.Args` as typed columns, shape args as text);
-* ``pyarrow full``: ``pyarrow.json.read_json`` with the same schema (shape args left out: pyarrow
-  cannot keep a list as its text).
+* ``columnar read``: the same tables by ``traceread/read/columnar.py`` (duckdb builds the columns,
+  polars converts them; ``TRACEREAD_READER=columnar``), and its stages, each timed alone on the
+  file's ``traceEvents`` as one batch: ``duckdb`` (duckdb's ``read_json`` to a polars frame of JSON
+  texts), ``convert`` (the texts to typed columns), ``partition`` (the four tables' parts);
+* decoders alone, for the choice of dependency: ``ndjson`` (the byte transform a newline-delimited
+  reader needs), ``polars 5`` / ``polars full`` (``read_ndjson`` with five fields / the tables'
+  schema), ``pyarrow full`` (``pyarrow.json.read_json``), ``duckdb typed`` (``read_json`` with
+  typed columns instead of JSON texts).
 
-The columnar rows decode only: they build no table, nest nothing, link nothing. A columnar path
-costs at least ``ndjson`` + one of them, and is worth building only where that is well below
-``traceread``. Prints a JSON line per file and a markdown table of the totals.
+The decoder rows build no table. Prints a JSON line per file and a markdown table of the totals.
 
     python bench/make_large.py --set a100 --ranks 8 --mb 31
     python bench/bench_columnar.py bench/data/a100_8x31/rank*.pt.trace.json.gz
@@ -33,6 +32,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +41,9 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 import polars as pl  # noqa: E402
 from floor import floor  # noqa: E402
 
+from traceread.read import columnar, parse  # noqa: E402
 from traceread.read.decode import Args  # noqa: E402
-from traceread.read.parse import parse_file  # noqa: E402
+from traceread.read.json_columns import convert  # noqa: E402
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _FLOATS = {"blocks_per_sm", "warps_per_sm", "occupancy"}
@@ -92,11 +93,9 @@ def inflate(path: Path) -> bytes:
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw  # multi-member files too
 
 
-def events_ndjson(data: bytes) -> bytes:
-    """The ``traceEvents`` array, one event per line (raw newlines cannot sit inside a JSON string)."""
-    start = data.index(b"[", data.index(b'"traceEvents"')) + 1
-    end = data.rindex(b"]")  # the bench files end with the array (make_large.py writes them so)
-    body = data[start:end].replace(b"\n", b"").replace(b"\r", b"")
+def events_ndjson(array: bytes) -> bytes:
+    """The ``traceEvents`` array's events, one per line (raw newlines cannot sit inside a JSON string)."""
+    body = array[1:-1].replace(b"\n", b"").replace(b"\r", b"")
     return _BOUNDARY.sub(b"}\n{", body)
 
 
@@ -115,51 +114,93 @@ def _timed(fn, key: str = ""):  # type: ignore[no-untyped-def]
     return wall, out
 
 
-def measure(path: Path, pyarrow: bool) -> dict:
+def duckdb_columns() -> dict[str, str]:
+    kinds = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "raw": "VARCHAR", "list": "BIGINT[]"}
+    seen: dict[str, str] = {}  # duckdb's struct keys ignore case: "External id" and "external id" collide
+    for k, t in _arg_types().items():
+        seen.setdefault(k.lower(), f'"{k}" {kinds[t]}')
+    args = ", ".join(seen.values())
+    return {"ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "ts": "DOUBLE", "dur": "DOUBLE",
+            "pid": "VARCHAR", "tid": "VARCHAR", "id": "VARCHAR", "args": f"STRUCT({args})"}
+
+
+def _array(data: bytes) -> bytes:
+    """The ``traceEvents`` array's text (the bench files end with it: make_large.py writes them so)."""
+    return data[data.index(b"[", data.index(b'"traceEvents"')): data.rindex(b"]") + 1]
+
+
+def _msgspec_read(path: Path):  # type: ignore[no-untyped-def]
+    os.environ["TRACEREAD_READER"] = "msgspec"
+    try:
+        return parse.parse_file(path)
+    finally:
+        del os.environ["TRACEREAD_READER"]
+
+
+def measure(path: Path, decoders: bool) -> dict:
     row: dict = {"file": str(path)}
     row["floor"], _ = _timed(lambda: floor(path), "floor")
-    row["traceread"], rt = _timed(lambda: parse_file(path), "traceread")
+    row["msgspec read"], rt = _timed(lambda: _msgspec_read(path), "msgspec read")
     row["rows"] = rt.host.height + rt.gpu.height
     del rt
-    row["gunzip"], data = _timed(lambda: inflate(path))
+    row["columnar read"], rt = _timed(lambda: parse._parse_columnar(path, None), "columnar read")
+    assert rt.host.height + rt.gpu.height == row["rows"]
+    del rt
+    row["gunzip"], data = _timed(lambda: inflate(path), "gunzip")
     row["bytes"] = len(data)
-    row["ndjson"], nd = _timed(lambda d=data: events_ndjson(d), "ndjson")
+    doc = _array(data)
     del data
-    for full in (False, True):
-        key = "polars full" if full else "polars 5"
-        try:
-            row[key], df = _timed(lambda f=full: pl.read_ndjson(io.BytesIO(nd), schema=polars_schema(f)), key)
-            row[key + " rows"] = df.height
-            del df
-        except Exception as exc:  # a refusal is a result
-            row[key] = None
-            row[key + " error"] = str(exc).splitlines()[0][:120]
-    if pyarrow:
-        import pyarrow.json as pj
-
-        opts = pj.ParseOptions(explicit_schema=pyarrow_schema(), unexpected_field_behavior="ignore")
-        try:
-            row["pyarrow full"], tb = _timed(lambda: pj.read_json(io.BytesIO(nd), parse_options=opts), "pyarrow full")
-            del tb
-        except Exception as exc:
-            row["pyarrow full"] = None
-            row["pyarrow full error"] = str(exc).splitlines()[0][:120]
+    with columnar.session() as con:
+        row["duckdb"], raw = _timed(lambda: columnar.read_batch(con, doc), "duckdb")
+        row["convert"], _ = _timed(lambda r=raw: convert(r, columnar._CONVS), "convert")
+        row["tabulate"], _ = _timed(lambda: columnar.tabulate(con, doc, Counter()), "tabulate")
+        del raw
+        row["partition"] = max(0.0, row["tabulate"] - row["duckdb"] - row["convert"])
+        _CPU["partition"] = max(0.0, _CPU["tabulate"] - _CPU["duckdb"] - _CPU["convert"])
+        if decoders:
+            row["duckdb typed"], _ = _timed(
+                lambda: con.read_json(io.BytesIO(doc), format="array", columns=duckdb_columns()).pl(),
+                "duckdb typed")
+    if decoders:
+        _decoders(row, doc)
     row["cpu"] = dict(_CPU)
     _CPU.clear()
     return row
 
 
+def _decoders(row: dict, doc: bytes) -> None:
+    row["ndjson"], nd = _timed(lambda: events_ndjson(doc), "ndjson")
+    for full in (False, True):
+        key = "polars full" if full else "polars 5"
+        try:
+            row[key], df = _timed(lambda f=full: pl.read_ndjson(io.BytesIO(nd), schema=polars_schema(f)), key)
+            del df
+        except Exception as exc:  # a refusal is a result
+            row[key] = None
+            row[key + " error"] = str(exc).splitlines()[0][:120]
+    import pyarrow.json as pj
+
+    opts = pj.ParseOptions(explicit_schema=pyarrow_schema(), unexpected_field_behavior="ignore")
+    try:
+        row["pyarrow full"], tb = _timed(lambda: pj.read_json(io.BytesIO(nd), parse_options=opts), "pyarrow full")
+        del tb
+    except Exception as exc:
+        row["pyarrow full"] = None
+        row["pyarrow full error"] = str(exc).splitlines()[0][:120]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path)
-    ap.add_argument("--no-pyarrow", action="store_true")
+    ap.add_argument("--no-decoders", action="store_true", help="only the two read paths and the stages")
     args = ap.parse_args()
     rows = []
     for f in args.files:
-        row = measure(f, not args.no_pyarrow)
+        row = measure(f, not args.no_decoders)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    keys = ["floor", "traceread", "ndjson", "polars 5", "polars full", "pyarrow full"]
+    keys = ["floor", "msgspec read", "columnar read", "gunzip", "duckdb", "convert", "partition",
+            "duckdb typed", "ndjson", "polars 5", "polars full", "pyarrow full"]
     total = {k: sum(r.get(k) or 0.0 for r in rows) for k in keys}
     cpu = {k: sum(r["cpu"].get(k, 0.0) for r in rows) for k in keys}
     load = os.getloadavg()[0]

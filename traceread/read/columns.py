@@ -27,9 +27,12 @@ _DIGITS_RE = re.compile(r"(\d+)\s*$")
 
 
 def to_int(v: Any) -> int | None:
-    """An int64 for ints, integral floats and numeric strings; None for anything else."""
-    if v is None or isinstance(v, bool):
+    """An int64 for ints, integral floats, numeric strings and booleans (1/0, as polars converts a
+    column of ints and booleans: one rule whatever else the column holds); None for anything else."""
+    if v is None:
         return None
+    if isinstance(v, bool):
+        return int(v)
     if isinstance(v, int):
         return v if _INT64_MIN <= v <= _INT64_MAX else None
     if isinstance(v, float):
@@ -42,7 +45,8 @@ def to_int(v: Any) -> int | None:
 
 
 def to_float(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
+    """A float for numbers, numeric strings and booleans (see :func:`to_int`); None otherwise."""
+    if v is None:
         return None
     if isinstance(v, (int, float)):
         return float(v)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
+from traceread.read import columnar
 from traceread.read.decode import Event, decode_all, decode_top, fix_lone_surrogates
 from traceread.read.events import (
     finish_gpu,
@@ -95,6 +97,13 @@ WHOLE_LIMIT = 16 << 20
 
 
 def _parse(p: Path, max_rank_bytes: int | None) -> RankTrace:
+    if reader() == "columnar":
+        try:
+            return _parse_columnar(p, max_rank_bytes)
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception:  # Refused, or bad input: the msgspec path reads it or words it
+            pass
     chunks = uncompressed_chunks(p, max_rank_bytes)
     head = bytearray()
     for chunk in chunks:
@@ -120,34 +129,77 @@ def _parse_whole(p: Path, data: bytearray) -> RankTrace:
             del events[:BATCH]
             yield batch
 
-    return _tabulate(p, batches(), lambda: (values, keys))
+    counts: Counter[str] = Counter()
+    return _tabulate(p, _event_parts(p, batches(), counts), counts, lambda: (values, keys))
 
 
 def _parse_streamed(p: Path, stream: EventStream) -> RankTrace:
     def top() -> tuple[dict, list[str]]:
         return top_values(stream.top), list(stream.top)
 
-    return _tabulate(p, iter(stream), top)
-
-
-def _tabulate(
-    p: Path, batches: Iterator[list[Event]], top: Callable[[], tuple[dict, list[str]]]
-) -> RankTrace:
-    """Batches of events -> the rank's tables; ``top`` gives the top-level values and keys once
-    the events are consumed (a streamed file's trailing keys are known only then)."""
     counts: Counter[str] = Counter()
-    gpu_parts, host_parts, flow_parts, mem_parts = [], [], [], []
+    return _tabulate(p, _event_parts(p, iter(stream), counts), counts, top)
+
+
+#: Text per columnar batch: duckdb's per-call cost is noise at this size, and one batch's columns
+#: stay small next to the rank's tables.
+COLUMNAR_BATCH_BYTES = 32 << 20
+
+
+def reader() -> str:
+    """``msgspec`` unless ``$TRACEREAD_READER`` is ``columnar`` and duckdb is installed (the
+    ``columnar`` extra). Both give the same tables (tests/test_read_paths.py); the columnar one is
+    not the default because it is not faster here (docs/benchmarks.md, "A columnar reader")."""
+    if os.environ.get("TRACEREAD_READER", "").strip().lower() == "columnar" and columnar.available():
+        return "columnar"
+    return "msgspec"
+
+
+def _parse_columnar(p: Path, max_rank_bytes: int | None) -> RankTrace:
+    """The rank read by :mod:`traceread.read.columnar`; raises :class:`columnar.Refused` (or the
+    stream's error) where the msgspec path must read the file instead."""
+    chunks = uncompressed_chunks(p, max_rank_bytes)
+    head = bytearray(next(chunks, b""))
+    if not head:
+        raise columnar.Refused("empty file")
+    counts: Counter[str] = Counter()
+    with columnar.session() as con:
+        stream = EventStream(p, chunks, head, lambda doc: columnar.tabulate(con, doc, counts),
+                             COLUMNAR_BATCH_BYTES)
+
+        def top() -> tuple[dict, list[str]]:
+            return top_values(stream.top), list(stream.top)
+
+        return _tabulate(p, ((b.gpu, b.host, b.flow, b.memory) for b in stream), counts, top)
+
+
+Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, "pl.DataFrame | None"]
+
+
+def _event_parts(p: Path, batches: Iterator[list[Event]], counts: Counter[str]) -> Iterator[Frames]:
+    """Batches of msgspec events -> their GPU, host, flow and memory frames."""
     for batch in batches:
         (gpu_evs, gpu_cat), (host_evs, host_cat), (flow_evs, flow_cat), mem_evs = partition_with_cats(
             batch, counts
         )
         del batch
-        gpu_parts.append(gpu_frame(gpu_evs, p, gpu_cat))
-        host_parts.append(host_frame(host_evs, p, host_cat))
-        flow_parts.append(flow_points(flow_evs, flow_cat))
-        if mem_evs:
-            mem_parts.append(memory_frame(mem_evs))
+        yield (gpu_frame(gpu_evs, p, gpu_cat), host_frame(host_evs, p, host_cat),
+               flow_points(flow_evs, flow_cat), memory_frame(mem_evs) if mem_evs else None)
         del gpu_evs, host_evs, flow_evs, mem_evs
+
+
+def _tabulate(
+    p: Path, parts: Iterator[Frames], counts: Counter[str], top: Callable[[], tuple[dict, list[str]]]
+) -> RankTrace:
+    """Batches' frames -> the rank's tables; ``top`` gives the top-level values and keys once
+    the events are consumed (a streamed file's trailing keys are known only then)."""
+    gpu_parts, host_parts, flow_parts, mem_parts = [], [], [], []
+    for gpu_df, host_df, flow_df, mem_df in parts:
+        gpu_parts.append(gpu_df)
+        host_parts.append(host_df)
+        flow_parts.append(flow_df)
+        if mem_df is not None:
+            mem_parts.append(mem_df)
     values, keys = top()
     refuse_export(values, p)
     gpu = finish_gpu(gpu_parts)
