@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 #: Bumped whenever a column or its meaning changes; part of the parse-cache key.
-READER_VERSION = "3"  # 2: an event touching the end of the open one is its sibling (read.nesting.TOUCH_US); 3: a boolean int arg is 1/0 (read.columns.to_int)
+# 2: an event touching the end of the open one is its sibling (read.nesting.TOUCH_US);
+# 3: a boolean int arg is 1/0 (read.columns.to_int)
+READER_VERSION = "3"
 
 # Columns copied from ``record_param_comms`` onto NCCL kernels (torch >= 2.1) and present on the
 # ``record_param_comms`` cpu_op itself. Trace arg name -> column name.

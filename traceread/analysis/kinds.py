@@ -53,6 +53,7 @@ table use :func:`gpu_classes` / :func:`comm_mask` (name *and* launching operator
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -107,8 +108,10 @@ _KERNEL_COLLECTIVE: tuple[tuple[str, str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def comm_kind_of_name(name: str | None) -> str | None:
-    """The communication family a kernel name belongs to, None for compute kernels."""
+    """The communication family a kernel name belongs to, None for compute kernels. Cached: a
+    rank's summary asks about the same few thousand names several times (ledger, classes, links)."""
     if not name or _NOT_COMM_RE.search(name):
         return None
     for family, rx in _FAMILY_RE:

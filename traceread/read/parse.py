@@ -13,7 +13,6 @@ import polars as pl
 
 from traceread.errors import TraceFileError
 from traceread.model import STEP_SCHEMA, RankTrace, empty_frame
-from traceread.read import columnar
 from traceread.read.decode import Event, decode_all, decode_top, fix_lone_surrogates
 from traceread.read.events import (
     finish_gpu,
@@ -150,14 +149,18 @@ def reader() -> str:
     """``msgspec`` unless ``$TRACEREAD_READER`` is ``columnar`` and duckdb is installed (the
     ``columnar`` extra). Both give the same tables (tests/test_read_paths.py); the columnar one is
     not the default because it is not faster here (docs/benchmarks.md, "A columnar reader")."""
-    if os.environ.get("TRACEREAD_READER", "").strip().lower() == "columnar" and columnar.available():
-        return "columnar"
-    return "msgspec"
+    if os.environ.get("TRACEREAD_READER", "").strip().lower() != "columnar":
+        return "msgspec"  # without importing the columnar modules (their expressions cost ~50 ms)
+    from traceread.read import columnar
+
+    return "columnar" if columnar.available() else "msgspec"
 
 
 def _parse_columnar(p: Path, max_rank_bytes: int | None) -> RankTrace:
     """The rank read by :mod:`traceread.read.columnar`; raises :class:`columnar.Refused` (or the
     stream's error) where the msgspec path must read the file instead."""
+    from traceread.read import columnar
+
     chunks = uncompressed_chunks(p, max_rank_bytes)
     head = bytearray(next(chunks, b""))
     if not head:
