@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.damage import JSON_VALUES, damage_events
 from traceread.engine.jobs import read_rank, read_traces
 from traceread.errors import TraceFileError, TraceReadError
 from traceread.model import GPU_SCHEMA, HOST_SCHEMA, RankTrace
@@ -68,15 +69,6 @@ def _check(data: bytes, suffix: str = ".json") -> None:
         assert dict(rt.gpu.schema) == GPU_SCHEMA and dict(rt.host.schema) == HOST_SCHEMA
 
 
-JSON_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=8),
-    st.lists(st.integers(), max_size=3),
-    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
-)
 
 
 @FUZZ
@@ -112,19 +104,7 @@ def test_gzip_damage(sources: dict[str, bytes], data: st.DataObject) -> None:
 @given(data=st.data())
 def test_deleted_keys_and_changed_types(sources: dict[str, bytes], data: st.DataObject) -> None:
     doc = json.loads(sources[data.draw(st.sampled_from(SOURCES))])
-    events = doc["traceEvents"]
-    for _ in range(data.draw(st.integers(1, 6))):
-        ev = events[data.draw(st.integers(0, len(events) - 1))]
-        target = ev
-        if isinstance(ev.get("args"), dict) and ev["args"] and data.draw(st.booleans()):
-            target = ev["args"]
-        if not target:
-            continue
-        key = data.draw(st.sampled_from(sorted(target)))
-        if data.draw(st.booleans()):
-            del target[key]
-        else:
-            target[key] = data.draw(JSON_VALUES)
+    damage_events(doc, data, JSON_VALUES, most=6)
     if data.draw(st.integers(0, 9)) == 0:  # sometimes damage the top level too
         key = data.draw(st.sampled_from(sorted(doc)))
         doc[key] = data.draw(JSON_VALUES)
