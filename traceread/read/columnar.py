@@ -27,13 +27,13 @@ import polars as pl
 from traceread.model import COMM_ARGS, GPU_SCHEMA, HOST_SCHEMA, MEMORY_SCHEMA, empty_frame
 from traceread.read.columns import null_series
 from traceread.read.events import (
-    _POINT_SCHEMA,
     CATEGORY_ALIASES,
     FLOW_PHASES,
     GPU_KINDS,
     MEMORY_EVENT,
-    _any_flow_id,
-    _conform,
+    POINT_SCHEMA,
+    conform,
+    flow_id_int,
 )
 from traceread.read.json_columns import (
     Conv,
@@ -166,7 +166,7 @@ def _convs() -> list[Conv]:
     out = [
         as_string("ph", "ph"), as_string("cat", "cat"), as_string("name", "name"),
         as_number("ts", "ts"), as_number("dur", "dur"),
-        as_id("pid", "pid"), as_id("tid", "tid"), as_id("id", "id", _any_flow_id),
+        as_id("pid", "pid"), as_id("tid", "tid"), as_id("id", "id", flow_id_int),
         as_int("external_id", "external_id"), as_int("external_id_legacy", "external_id_legacy"),
         as_int("correlation", "correlation"), as_int("device", "device"), as_int("stream", "stream"),
         *(as_triple(f"{g}_{xyz}", g, j) for g in ("grid", "block") for j, xyz in enumerate("xyz")),
@@ -234,10 +234,10 @@ def tabulate(con: Any, doc: bytes | bytearray, counts: Counter[str]) -> Parts:
             raise Refused("a complete event without ts or dur")  # the msgspec path names it
     mem = df.filter((ph == "i") & (pl.col("name") == MEMORY_EVENT).fill_null(False))
     return Parts(
-        gpu=_conform(gpu.select(_GPU_COLUMNS), GPU_SCHEMA) if gpu.height else empty_frame(GPU_SCHEMA),
-        host=_conform(host.select(_HOST_COLUMNS), HOST_SCHEMA) if host.height else empty_frame(HOST_SCHEMA),
-        flow=_conform(df.filter(ph.is_in(list(FLOW_PHASES))).select(_FLOW_COLUMNS), _POINT_SCHEMA),
-        memory=_conform(mem.select(_MEMORY_COLUMNS), MEMORY_SCHEMA).filter(pl.col("ts").is_not_null())
+        gpu=conform(gpu.select(_GPU_COLUMNS), GPU_SCHEMA) if gpu.height else empty_frame(GPU_SCHEMA),
+        host=conform(host.select(_HOST_COLUMNS), HOST_SCHEMA) if host.height else empty_frame(HOST_SCHEMA),
+        flow=conform(df.filter(ph.is_in(list(FLOW_PHASES))).select(_FLOW_COLUMNS), POINT_SCHEMA),
+        memory=conform(mem.select(_MEMORY_COLUMNS), MEMORY_SCHEMA).filter(pl.col("ts").is_not_null())
         if mem.height else None,
         count=df.height,
     )

@@ -279,7 +279,7 @@ def gpu_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl.
         null_series("launch_row", pl.Int64, n),
         null_series("op_row", pl.Int64, n),
     ]
-    return _conform(pl.DataFrame(cols), GPU_SCHEMA)
+    return conform(pl.DataFrame(cols), GPU_SCHEMA)
 
 
 def _raw_cat(ev: _Columns, cat: pl.Series | None) -> pl.Series:
@@ -289,7 +289,7 @@ def _raw_cat(ev: _Columns, cat: pl.Series | None) -> pl.Series:
     return pl.Series("cat", ev["cat"], dtype=pl.Utf8)
 
 
-def _conform(df: pl.DataFrame, schema: dict[str, PolarsDataType]) -> pl.DataFrame:
+def conform(df: pl.DataFrame, schema: dict[str, PolarsDataType]) -> pl.DataFrame:
     """``df`` with the columns and dtypes of ``schema``; casts only the columns that differ."""
     have = df.schema
     casts = [pl.col(c).cast(t) for c, t in schema.items() if have.get(c) != t]
@@ -360,7 +360,7 @@ def host_frame(evs: list[Event], path: Path, cat: pl.Series | None = None) -> pl
         int_col("fwd_tid", a["fwd_tid"]),
         *_comm_columns(a),
     ]
-    return _conform(pl.DataFrame(cols), HOST_SCHEMA)
+    return conform(pl.DataFrame(cols), HOST_SCHEMA)
 
 
 def finish_host(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -389,7 +389,7 @@ def memory_frame(evs: list[Event]) -> pl.DataFrame:
         int_col("total_reserved", a["total_reserved"]),
         int_col("addr", a["addr"]),
     ]
-    df = _conform(pl.DataFrame(cols), MEMORY_SCHEMA)
+    df = conform(pl.DataFrame(cols), MEMORY_SCHEMA)
     return df.filter(pl.col("ts").is_not_null())  # an instant without a time cannot be placed
 
 
@@ -402,7 +402,8 @@ def finish_memory(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return _sorted_by_ts(kept)
 
 
-_POINT_SCHEMA: dict[str, PolarsDataType] = {
+#: Flow endpoints of one batch, before :func:`pair_flows` joins them into arrows.
+POINT_SCHEMA: dict[str, PolarsDataType] = {
     "ph": pl.Utf8,
     "kind": pl.Utf8,
     "id": pl.Int64,
@@ -415,12 +416,12 @@ _POINT_SCHEMA: dict[str, PolarsDataType] = {
 def flow_points(evs: list[Event], cat: pl.Series | None = None) -> pl.DataFrame:
     """Flow endpoints (``s``/``f``/``t`` events) of one batch, not yet paired."""
     if not evs:
-        return empty_frame(_POINT_SCHEMA)
+        return empty_frame(POINT_SCHEMA)
     return pl.DataFrame(
         [
             pl.Series("ph", [e.ph for e in evs], dtype=pl.Utf8),
             _raw_cat(_Columns(evs), cat).replace(CATEGORY_ALIASES).alias("kind"),
-            int_col("id", [e.id for e in evs], _any_flow_id),
+            int_col("id", [e.id for e in evs], flow_id_int),
             pl.Series("ts", [e.ts for e in evs], dtype=pl.Float64),
             int_col("pid", [e.pid for e in evs], id_int),
             int_col("tid", [e.tid for e in evs], id_int),
@@ -428,7 +429,8 @@ def flow_points(evs: list[Event], cat: pl.Series | None = None) -> pl.DataFrame:
     )
 
 
-def _any_flow_id(v: int | str | None) -> int | None:
+def flow_id_int(v: int | str | None) -> int | None:
+    """A flow's ``id`` as int: an int, a numeric string, else a hex string (masked to 63 bits)."""
     return _flow_id(v) if isinstance(v, str) else id_int(v)
 
 
@@ -468,10 +470,15 @@ def _flow_id(v: str) -> int | None:
 
 __all__ = [
     "CATEGORY_ALIASES",
+    "FLOW_PHASES",
     "GPU_KINDS",
+    "MEMORY_EVENT",
+    "POINT_SCHEMA",
+    "conform",
     "finish_gpu",
     "finish_host",
     "finish_memory",
+    "flow_id_int",
     "flow_points",
     "gpu_frame",
     "host_frame",
