@@ -31,7 +31,7 @@ from traceread.model import RankTrace
 from traceread.read import columnar, parse
 from traceread.read.parse import parse_file
 
-pytestmark = pytest.mark.skipif(not columnar.available(), reason="duckdb (the columnar extra) is not installed")
+pytestmark = pytest.mark.skipif(not columnar.available(), reason="duckdb and pyarrow (the columnar extra) are not installed")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
@@ -82,7 +82,7 @@ def _traces() -> list[Path]:
     return sorted(Path(f) for f in found)
 
 
-@pytest.mark.parametrize("path", _traces(), ids=lambda p: str(p.relative_to(REPO.parent)))
+@pytest.mark.parametrize("path", _traces(), ids=lambda p: str(p.relative_to(SHARED.parent if SHARED in p.parents else REPO)))
 def test_every_real_trace_reads_the_same_both_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     want = _read(path, "msgspec", monkeypatch)
     got = _columnar_only(path)

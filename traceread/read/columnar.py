@@ -97,9 +97,10 @@ _TWIN_COLUMNS = {"args": _columns(CASE_TWINS)["args"]}
 
 
 def available() -> bool:
-    """Whether duckdb can be imported here (it is a dependency; a broken install falls back)."""
+    """Whether duckdb and pyarrow (the ``columnar`` extra) can be imported here."""
     try:
         import duckdb  # noqa: F401
+        import pyarrow  # noqa: F401
     except ImportError:
         return False
     return True
