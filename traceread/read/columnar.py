@@ -20,6 +20,7 @@ import io
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from typing import Any
 
 import polars as pl
@@ -97,13 +98,8 @@ _TWIN_COLUMNS = {"args": _columns(CASE_TWINS)["args"]}
 
 
 def available() -> bool:
-    """Whether duckdb and pyarrow (the ``columnar`` extra) can be imported here."""
-    try:
-        import duckdb  # noqa: F401
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether duckdb and pyarrow (the ``columnar`` extra) are installed here (found, not imported)."""
+    return all(find_spec(name) is not None for name in ("duckdb", "pyarrow"))
 
 
 @contextmanager
