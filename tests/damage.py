@@ -8,6 +8,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+#: Real traces (in ../shared/traces) the property tests damage: compact and indented JSON, gzip,
+#: CUDA and ROCm.
+SOURCES = [
+    "kineto_docs_traces/before_fix_trace.json",
+    "hta_trace_compare_base/base.json.gz",
+    "hta_amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "hta_trace_file_list/inference_rank_1.json.gz",
+]
 #: A value of any JSON type, including ints past 64 bits.
 JSON_VALUES = st.one_of(
     st.none(),

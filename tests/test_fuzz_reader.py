@@ -24,19 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.damage import JSON_VALUES, damage_events
+from tests.damage import JSON_VALUES, SOURCES, damage_events
 from traceread.engine.jobs import read_rank, read_traces
 from traceread.errors import TraceFileError, TraceReadError
 from traceread.model import GPU_SCHEMA, HOST_SCHEMA, RankTrace
 from traceread.read import inflate, parse, stream
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-SOURCES = [
-    "kineto_docs_traces/before_fix_trace.json",
-    "hta_trace_compare_base/base.json.gz",
-    "hta_amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "hta_trace_file_list/inference_rank_1.json.gz",
-]
 # TRACEREAD_FUZZ_EXAMPLES=2000 for a deep run; CI keeps it short.
 EXAMPLES = int(os.environ.get("TRACEREAD_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from tests.damage import JSON_VALUES, damage_events
+from tests.damage import JSON_VALUES, SOURCES, damage_events
 from traceread.errors import TraceFileError
 from traceread.model import RankTrace
 from traceread.read import columnar, parse
@@ -96,12 +96,6 @@ def test_every_real_trace_reads_the_same_both_ways(path: Path, monkeypatch: pyte
 
 # ---- damaged real traces ------------------------------------------------------------------------
 
-SOURCES = [
-    "kineto_docs_traces/before_fix_trace.json",
-    "hta_trace_compare_base/base.json.gz",
-    "hta_amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "hta_trace_file_list/inference_rank_1.json.gz",
-]
 #: Besides any JSON value, the ones the two paths convert by different means: floats in lists, and
 #: the texts real traces write for numbers and ids.
 VALUES = st.one_of(

@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from traceread.model import COMM_ARGS, GPU_SCHEMA, HOST_SCHEMA, MEMORY_SCHEMA, empty_frame
+from traceread.model import COMM_ARGS, GPU_SCHEMA, HOST_SCHEMA, MEMORY_SCHEMA
 from traceread.read.columns import null_series
 from traceread.read.events import (
     CATEGORY_ALIASES,
@@ -158,30 +158,25 @@ class Parts:
         return self.count
 
 
-def _convs() -> list[Conv]:
-    """Every column the tables take from an event, as the msgspec path converts it."""
-    out = [
-        as_string("ph", "ph"), as_string("cat", "cat"), as_string("name", "name"),
-        as_number("ts", "ts"), as_number("dur", "dur"),
-        as_id("pid", "pid"), as_id("tid", "tid"), as_id("id", "id", flow_id_int),
-        as_int("external_id", "external_id"), as_int("external_id_legacy", "external_id_legacy"),
-        as_int("correlation", "correlation"), as_int("device", "device"), as_int("stream", "stream"),
-        *(as_triple(f"{g}_{xyz}", g, j) for g in ("grid", "block") for j, xyz in enumerate("xyz")),
-        as_int("registers", "registers"), as_int("shared_memory", "shared_memory"),
-        as_float("blocks_per_sm", "blocks_per_sm"), as_float("warps_per_sm", "warps_per_sm"),
-        as_float("occupancy_pct", "occupancy"), as_int("bytes", "bytes"),
-        as_raw("input_dims", "input_dims"), as_raw("input_dims_legacy", "input_dims_legacy"),
-        as_raw("input_types", "input_types"), as_raw("input_strides", "input_strides"),
-        as_raw("concrete_inputs", "concrete_inputs"),
-        as_int("seq_num", "seq_num"), as_int("fwd_tid", "fwd_tid"),
-        *(as_text(c, c) if c in _COMM_TEXT or c == "comms_id" else as_int(c, c) for c in COMM_ARGS.values()),
-        as_int("mem_bytes", "mem_bytes"),
-        *(as_int(c, c) for c in ("total_allocated", "total_reserved", "device_type", "device_id", "addr")),
-    ]
-    return out
-
-
-_CONVS = _convs()
+#: Every column the tables take from an event, as the msgspec path converts it.
+_CONVS: list[Conv] = [
+    as_string("ph", "ph"), as_string("cat", "cat"), as_string("name", "name"),
+    as_number("ts", "ts"), as_number("dur", "dur"),
+    as_id("pid", "pid"), as_id("tid", "tid"), as_id("id", "id", flow_id_int),
+    as_int("external_id", "external_id"), as_int("external_id_legacy", "external_id_legacy"),
+    as_int("correlation", "correlation"), as_int("device", "device"), as_int("stream", "stream"),
+    *(as_triple(f"{g}_{xyz}", g, j) for g in ("grid", "block") for j, xyz in enumerate("xyz")),
+    as_int("registers", "registers"), as_int("shared_memory", "shared_memory"),
+    as_float("blocks_per_sm", "blocks_per_sm"), as_float("warps_per_sm", "warps_per_sm"),
+    as_float("occupancy_pct", "occupancy"), as_int("bytes", "bytes"),
+    as_raw("input_dims", "input_dims"), as_raw("input_dims_legacy", "input_dims_legacy"),
+    as_raw("input_types", "input_types"), as_raw("input_strides", "input_strides"),
+    as_raw("concrete_inputs", "concrete_inputs"),
+    as_int("seq_num", "seq_num"), as_int("fwd_tid", "fwd_tid"),
+    *(as_text(c, c) if c in _COMM_TEXT or c == "comms_id" else as_int(c, c) for c in COMM_ARGS.values()),
+    as_int("mem_bytes", "mem_bytes"),
+    *(as_int(c, c) for c in ("total_allocated", "total_reserved", "device_type", "device_id", "addr")),
+]
 _END = (pl.col("ts") + pl.col("dur")).alias("end")
 _GPU_COLUMNS = [
     pl.col("cat").replace_strict(GPU_KINDS, return_dtype=pl.Utf8).alias("kind"),
@@ -231,8 +226,8 @@ def tabulate(con: Any, doc: bytes | bytearray, counts: Counter[str]) -> Parts:
             raise Refused("a complete event without ts or dur")  # the msgspec path names it
     mem = df.filter((ph == "i") & (pl.col("name") == MEMORY_EVENT).fill_null(False))
     return Parts(
-        gpu=conform(gpu.select(_GPU_COLUMNS), GPU_SCHEMA) if gpu.height else empty_frame(GPU_SCHEMA),
-        host=conform(host.select(_HOST_COLUMNS), HOST_SCHEMA) if host.height else empty_frame(HOST_SCHEMA),
+        gpu=conform(gpu.select(_GPU_COLUMNS), GPU_SCHEMA),
+        host=conform(host.select(_HOST_COLUMNS), HOST_SCHEMA),
         flow=conform(df.filter(ph.is_in(list(FLOW_PHASES))).select(_FLOW_COLUMNS), POINT_SCHEMA),
         memory=conform(mem.select(_MEMORY_COLUMNS), MEMORY_SCHEMA).filter(pl.col("ts").is_not_null())
         if mem.height else None,

@@ -109,9 +109,9 @@ def as_triple(name: str, source: str, j: int) -> Conv:
     return Conv(name, fast, odd, lambda v: triple(v)[j], pl.Int64, source)
 
 
-def convert(df: pl.DataFrame, convs: list[Conv], keep: list[str] | None = None) -> pl.DataFrame:
-    """``df``'s JSON-text columns converted by ``convs`` in one parallel pass (plus ``keep`` as
-    they are); the odd rows of a column are then converted value by value; raises
+def convert(df: pl.DataFrame, convs: list[Conv]) -> pl.DataFrame:
+    """``df``'s JSON-text columns converted by ``convs`` in one parallel pass; the odd rows of a
+    column are then converted value by value; raises
     :class:`Refused` where a ``refuse`` condition holds on any row."""
     refusals = [c.refuse.any().alias(c.name) for c in convs if c.refuse is not None]
     if refusals:
@@ -123,7 +123,7 @@ def convert(df: pl.DataFrame, convs: list[Conv], keep: list[str] | None = None) 
     convs = [c for c in convs if c.source not in empty]  # all-null sources: no pass over them
     exprs = [*(c.fast.alias(c.name) for c in convs), *blank]
     odd = [c.odd.alias(_ODD + c.name) for c in convs]
-    out = df.select([*(pl.col(k) for k in keep or []), *exprs, *odd])
+    out = df.select([*exprs, *odd])
     flags = out.select(pl.col(_ODD + c.name).any() for c in convs).row(0)
     patched = [_patched(out, df, c) for c, flag in zip(convs, flags) if flag]
     out = out.drop([_ODD + c.name for c in convs])

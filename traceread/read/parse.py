@@ -133,11 +133,13 @@ def _parse_whole(p: Path, data: bytearray) -> RankTrace:
 
 
 def _parse_streamed(p: Path, stream: EventStream) -> RankTrace:
-    def top() -> tuple[dict, list[str]]:
-        return top_values(stream.top), list(stream.top)
-
     counts: Counter[str] = Counter()
-    return _tabulate(p, _event_parts(p, iter(stream), counts), counts, top)
+    return _tabulate(p, _event_parts(p, iter(stream), counts), counts, _top_of(stream))
+
+
+def _top_of(stream: EventStream) -> Callable[[], tuple[dict, list[str]]]:
+    """The stream's top-level values and keys, asked for once its events are consumed."""
+    return lambda: (top_values(stream.top), list(stream.top))
 
 
 #: Text per columnar batch: duckdb's per-call cost is noise at this size, and one batch's columns
@@ -169,11 +171,7 @@ def _parse_columnar(p: Path, max_rank_bytes: int | None) -> RankTrace:
     with columnar.session() as con:
         stream = EventStream(p, chunks, head, lambda doc: columnar.tabulate(con, doc, counts),
                              COLUMNAR_BATCH_BYTES)
-
-        def top() -> tuple[dict, list[str]]:
-            return top_values(stream.top), list(stream.top)
-
-        return _tabulate(p, ((b.gpu, b.host, b.flow, b.memory) for b in stream), counts, top)
+        return _tabulate(p, ((b.gpu, b.host, b.flow, b.memory) for b in stream), counts, _top_of(stream))
 
 
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, "pl.DataFrame | None"]

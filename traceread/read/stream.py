@@ -182,7 +182,9 @@ class EventStream:
             self._invalid(exc, start - len(prefix))
         raw = tail.pop("traceEvents")
         try:
-            events = self._decode(raw if self._check is None else bytes(raw))  # the tail is checked
+            # msgspec takes the Raw slice as it is; another decoder gets bytes (no syntax check:
+            # the top-level decode above has checked the tail)
+            events = self._decode(raw if self._check is None else bytes(raw))
         except msgspec.ValidationError as exc:
             if not bytes(raw).lstrip().startswith(b"["):
                 raise self._fail("traceEvents is not a list of events") from None
